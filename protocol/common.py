@@ -1,0 +1,64 @@
+"""Shapes shared by several endpoints: usage, stream options, and sampling field bounds."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from protocol.base import RequestModel, ResponseModel
+
+MAX_STOP_SEQUENCES = 4
+
+
+class Usage(ResponseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+
+
+class StreamOptions(RequestModel):
+    include_usage: bool = False
+
+
+class SamplingFields(RequestModel):
+    """Fields with the same meaning and bounds on chat and completions (OpenAI's documented ranges)."""
+
+    model: str = Field(min_length=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=16)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _bounded_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if len(value) > MAX_STOP_SEQUENCES:
+                raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+            if any(not s for s in value):
+                raise ValueError("stop sequences must be non-empty strings")
+        return value
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        if isinstance(self.stop, str):
+            return [self.stop] if self.stop else []
+        return list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)

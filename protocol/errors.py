@@ -1,0 +1,95 @@
+"""The typed error tree: every failure a client can see, with its HTTP status and OpenAI body.
+
+    OpenAIError (500, server_error)
+    ├── BadRequestError (400, invalid_request_error)
+    │   ├── ContextLengthExceededError (code context_length_exceeded)
+    │   └── UnsupportedParameterError (code unsupported_parameter)
+    ├── ModelNotFoundError (404, invalid_request_error, code model_not_found)
+    ├── ServiceUnavailableError (503, service_unavailable)
+    └── EngineError (500, server_error): the engine failed while serving a valid request
+
+Exceptions cross the Ray hop by pickling, so each class keeps its constructor arguments in
+`__reduce__`; the server turns any of them into a response with `to_body()` in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenAIError(Exception):
+    status_code: int = 500
+    error_type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.param, self.code))
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def _rebuild(cls: type[OpenAIError], message: str, param: str | None, code: str | None) -> OpenAIError:
+    return cls(message, param=param, code=code)
+
+
+class BadRequestError(OpenAIError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceededError(BadRequestError):
+    default_code = "context_length_exceeded"
+
+    @classmethod
+    def for_request(
+        cls, *, context_length: int, prompt_tokens: int, max_tokens: int, param: str
+    ) -> ContextLengthExceededError:
+        """Use OpenAI's own wording: clients and frameworks parse it to trim history."""
+        what = "messages" if param == "messages" else "prompt"
+        return cls(
+            f"This model's maximum context length is {context_length} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {what}, {max_tokens} in the "
+            f"completion). Please reduce the length of the {what} or completion.",
+            param=param,
+        )
+
+
+class UnsupportedParameterError(BadRequestError):
+    default_code = "unsupported_parameter"
+
+
+class ModelNotFoundError(OpenAIError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "model_not_found"
+
+    @classmethod
+    def for_model(cls, model: str) -> ModelNotFoundError:
+        return cls(
+            f"The model `{model}` does not exist or you do not have access to it.", param="model"
+        )
+
+
+class ServiceUnavailableError(OpenAIError):
+    status_code = 503
+    error_type = "service_unavailable"
+
+
+class EngineError(OpenAIError):
+    status_code = 500
+    error_type = "server_error"
+    default_code = "engine_error"

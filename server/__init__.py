@@ -1,0 +1,1 @@
+"""The HTTP face of Raygate: FastAPI app, routes, SSE, errors and the CLI."""

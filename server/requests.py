@@ -1,0 +1,90 @@
+"""What every generation route does before calling an engine: find the model, refuse what it
+cannot honour, note unknown fields once, and split the request into engine sequences."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from backends.registry import ModelRegistry
+from backends.router import ModelRouter
+from protocol.base import RequestModel
+from protocol.config import Task
+from protocol.errors import BadRequestError, UnsupportedParameterError
+from protocol.generation import Delta
+
+log = logging.getLogger(__name__)
+
+_TASK_ENDPOINTS = {"generate": "chat and text completions", "embed": "embeddings"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+@dataclass
+class UnknownFieldLog:
+    """Logs each unknown request field once per process: useful, and not a log flood."""
+
+    seen: set[str] = field(default_factory=set)
+
+    def note(self, endpoint: str, body: RequestModel) -> None:
+        for name in body.model_extra or {}:
+            key = f"{endpoint}:{name}"
+            if key not in self.seen:
+                self.seen.add(key)
+                log.warning("ignoring unknown field %r on %s", name, endpoint)
+
+
+def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task) -> ModelRouter:
+    registry: ModelRegistry = request.app.state.registry
+    request.app.state.unknown_fields.note(endpoint, body)
+    router = registry.get(str(getattr(body, "model")))
+    if router.config.task != task:
+        raise BadRequestError(
+            f"Model `{router.config.name}` serves {_TASK_ENDPOINTS[router.config.task]}, "
+            f"not {_TASK_ENDPOINTS[task]}.",
+            param="model",
+        )
+    unsupported = getattr(body, "unsupported_fields", lambda: [])()
+    if unsupported:
+        raise UnsupportedParameterError(
+            f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",
+            param=unsupported[0],
+        )
+    return router
+
+
+def sample_seed(seed: int | None, sample: int) -> int | None:
+    """n samples with one seed must still differ from each other, and repeat across calls."""
+    return None if seed is None else seed + sample
+
+
+@dataclass
+class Tally:
+    """Per-choice text, finish reason and token counts, for non-streamed bodies and usage."""
+
+    texts: dict[int, list[str]] = field(default_factory=dict)
+    finish: dict[int, str | None] = field(default_factory=dict)
+    prompt_tokens: dict[int, int] = field(default_factory=dict)
+    completion_tokens: dict[int, int] = field(default_factory=dict)
+
+    def add(self, index: int, delta: Delta) -> None:
+        self.texts.setdefault(index, []).append(delta.text)
+        self.prompt_tokens[index] = delta.prompt_tokens
+        self.completion_tokens[index] = delta.completion_tokens
+        if delta.finish_reason is not None:
+            self.finish[index] = delta.finish_reason
+
+    def text(self, index: int) -> str:
+        return "".join(self.texts.get(index, []))
+
+    def usage_counts(self, samples_per_prompt: int) -> tuple[int, int]:
+        """Prompt tokens count once per prompt, however many samples were drawn from it."""
+        prompt = sum(
+            n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0
+        )
+        return prompt, sum(self.completion_tokens.values())

@@ -1,0 +1,1 @@
+"""One router per endpoint family; handlers stay thin and delegate to plain functions."""

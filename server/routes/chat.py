@@ -1,0 +1,93 @@
+"""`POST /v1/chat/completions`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from protocol.chat import (
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChatDelta,
+)
+from protocol.common import Usage
+from protocol.generation import Delta, GenerateRequest
+from server.fanout import merge
+from server.requests import Tally, new_id, resolve_model, sample_seed
+from server.streaming import sse_response
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+    model = resolve_model(request, "chat.completions", body, "generate")
+    completion_id, created = new_id("chatcmpl"), int(time.time())
+    messages = body.to_engine_messages()
+    sequences = []
+    for i in range(body.n):
+        sampling = body.to_sampling_params()
+        sampling.seed = sample_seed(sampling.seed, i)
+        sequences.append(
+            model.generate(GenerateRequest(f"{completion_id}-{i}", sampling, messages=messages))
+        )
+    deltas = merge(sequences)
+    if body.stream:
+        return await sse_response(_chunks(body, completion_id, created, deltas))
+    tally = Tally()
+    async for index, delta in deltas:
+        tally.add(index, delta)
+    completion = ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=body.model,
+        choices=[
+            ChatCompletionChoice(
+                index=i,
+                message=ChatCompletionMessage(content=tally.text(i)),
+                finish_reason=tally.finish.get(i),
+            )
+            for i in range(body.n)
+        ],
+        usage=Usage.of(*tally.usage_counts(body.n)),
+    )
+    return Response(completion.to_json(), media_type="application/json")
+
+
+async def _chunks(
+    body: ChatCompletionRequest,
+    completion_id: str,
+    created: int,
+    deltas: AsyncIterator[tuple[int, Delta]],
+) -> AsyncIterator[str]:
+    tally = Tally()
+
+    def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> str:
+        return ChatCompletionChunk(
+            id=completion_id, created=created, model=body.model, choices=choices, usage=usage
+        ).to_json()
+
+    async for index, delta in deltas:
+        if index not in tally.texts:  # first delta of this choice: announce the role first
+            yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content=""))])
+        tally.add(index, delta)
+        content = delta.text or None
+        if content is not None or delta.finish_reason is not None:
+            yield chunk(
+                [
+                    ChatChunkChoice(
+                        index=index,
+                        delta=ChatDelta(content=content),
+                        finish_reason=delta.finish_reason,
+                    )
+                ]
+            )
+    if body.include_usage:
+        yield chunk([], Usage.of(*tally.usage_counts(body.n)))

