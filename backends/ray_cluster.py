@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
 
@@ -17,16 +21,33 @@ def connect(address: str | None, num_cpus: float | None = None) -> None:
     """
     if ray.is_initialized():
         return
-    if address:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+    with _keep_signal_handlers():
+        if address:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+            return
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(
+            namespace=NAMESPACE,
+            include_dashboard=False,
+            num_cpus=num_cpus,
+            log_to_driver=True,
+        )
+
+
+@contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """`ray.init` installs a SIGTERM handler that calls `sys.exit`, which would cut the HTTP
+    server's graceful shutdown (and its exit code) short; the server's own handlers stay."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(
-        namespace=NAMESPACE,
-        include_dashboard=False,
-        num_cpus=int(num_cpus) if num_cpus else None,
-        log_to_driver=True,
-    )
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def disconnect() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -79,8 +80,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
+    # uvicorn drains and shuts down on SIGTERM/SIGINT, then re-raises the signal against the
+    # handlers it found: make that a clean exit, since the shutdown has already completed.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_after_shutdown)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     return 0
+
+
+def _exit_after_shutdown(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from protocol.errors import EngineError, OpenAIError
 
@@ -29,17 +29,17 @@ async def sse_response(payloads: AsyncIterator[str]) -> EventSourceResponse:
     except StopAsyncIteration:
         first = None
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[dict[str, str]]:
         try:
             if first is not None:
-                yield ServerSentEvent(data=first)
+                yield {"data": first}
             async for payload in payloads:
-                yield ServerSentEvent(data=payload)
+                yield {"data": payload}
         except OpenAIError as exc:
-            yield ServerSentEvent(data=json.dumps(exc.to_body()))
+            yield {"data": json.dumps(exc.to_body())}
         except Exception as exc:  # after the headers, a status code can no longer be sent
             log.exception("stream failed", exc_info=exc)
-            yield ServerSentEvent(data=json.dumps(EngineError(f"Stream failed: {exc}").to_body()))
-        yield ServerSentEvent(data="[DONE]")
+            yield {"data": json.dumps(EngineError(f"Stream failed: {exc}").to_body())}
+        yield {"data": "[DONE]"}
 
     return EventSourceResponse(events(), sep="\n", ping=PING_SECONDS)

@@ -4,7 +4,7 @@ tests (each Ray start costs ~8 s and each model load a few seconds on 2 cores)."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
@@ -43,13 +43,15 @@ def base_url(gateway: GatewayProcess) -> str:
 
 
 @pytest.fixture(scope="session")
-def client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+def client(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")
-def async_client(base_url: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+async def async_client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
+        yield c
 
 
 def replica_actors(model: str) -> list[Any]:

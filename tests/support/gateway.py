@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -28,6 +29,7 @@ class GatewayProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    log_file: BinaryIO
 
     @property
     def url(self) -> str:
@@ -44,6 +46,7 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self.log_file.close()
         return int(self.proc.returncode)
 
 
@@ -60,7 +63,7 @@ def start_gateway(
         env=full_env,
         cwd=REPO,
     )
-    gateway = GatewayProcess(proc, port, log_path)
+    gateway = GatewayProcess(proc, port, log_path, log_file)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
