@@ -9,6 +9,12 @@ from protocol.config import ModelConfig
 
 
 def make_engine(config: ModelConfig) -> Engine:
+    if config.backend == "synthetic":
+        from backends.synthetic_engine import SyntheticEngine
+
+        return SyntheticEngine(config.engine)
+    if config.source is None:
+        raise ValueError(f"model `{config.name}` has no `source`")
     path = resolve_model_file(config.source)
     if config.backend == "llama_cpp":
         from backends.llama_cpp_engine import LlamaCppEngine

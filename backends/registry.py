@@ -25,7 +25,8 @@ class ReplicaStartError(RuntimeError):
 class ModelRegistry:
     def __init__(self, config: GatewayConfig, base_dir: Path) -> None:
         self._models = [
-            m.model_copy(update={"source": anchor_source(m.source, base_dir)}) for m in config.models
+            m.model_copy(update={"source": m.source and anchor_source(m.source, base_dir)})
+            for m in config.models
         ]
         self._routers: dict[str, ModelRouter] = {}
         self._by_id: dict[str, ModelRouter] = {}

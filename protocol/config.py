@@ -8,7 +8,8 @@ from pydantic import Field, model_validator
 
 from protocol.base import StrictModel
 
-Backend = Literal["llama_cpp"]
+# `synthetic` is a test/benchmark engine that produces no language (backends/synthetic_engine.py).
+Backend = Literal["llama_cpp", "synthetic"]
 Task = Literal["generate", "embed"]
 
 
@@ -37,7 +38,7 @@ class ModelConfig(StrictModel):
     aliases: list[str] = Field(default_factory=list, description="Other ids that reach this model.")
     backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
     task: Task = Field("generate", description="`generate` (chat/completions) or `embed`.")
-    source: ModelSource = Field(description="Where the weights are.")
+    source: ModelSource | None = Field(None, description="Where the weights are.")
     replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
     num_cpus: float = Field(1.0, ge=0, description="Ray CPUs reserved per replica.")
     num_gpus: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica.")
@@ -48,6 +49,12 @@ class ModelConfig(StrictModel):
         default_factory=dict,
         description="Engine keyword arguments, e.g. n_ctx, n_threads, n_gpu_layers for llama.cpp.",
     )
+
+    @model_validator(mode="after")
+    def _needs_weights(self) -> ModelConfig:
+        if self.source is None and self.backend != "synthetic":
+            raise ValueError(f"backend `{self.backend}` needs `source` (where the weights are)")
+        return self
 
     @property
     def ids(self) -> list[str]:

@@ -1,0 +1,115 @@
+"""`backend: synthetic` — a TEST AND BENCHMARK ENGINE. It produces no language.
+
+It exists to measure and fault-test the gateway itself (HTTP, SSE, the Ray hop, routing,
+cancellation) without a model's cost in the way: it emits `max_tokens` copies of a fixed piece of
+text with a configurable time to first token and per-token delay, and can be told to fail after N
+tokens (vLLM's `evil_forward` idea). Never use it to show that a feature works for real users.
+
+Engine kwargs (the `engine:` block of a model config):
+    ttft_ms: float = 0        delay before the first token
+    token_ms: float = 0       delay between tokens
+    default_tokens: int = 128 completion length when the request sets no max_tokens
+    text: str = " tok"        the text of every token
+    fail_after: int | None    raise an EngineError after this many tokens
+    context_length: int = 4096
+    embedding_dims: int = 8
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from backends.engine import Engine, EngineStats
+from protocol.errors import ContextLengthExceededError, EngineError
+from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+
+
+class SyntheticEngine(Engine):
+    def __init__(self, engine_kwargs: dict[str, Any]) -> None:
+        known = {"ttft_ms", "token_ms", "default_tokens", "text", "fail_after", "context_length", "embedding_dims"}
+        unknown = set(engine_kwargs) - known
+        if unknown:
+            raise ValueError(f"unknown synthetic engine options: {sorted(unknown)}")
+        self._ttft = float(engine_kwargs.get("ttft_ms", 0)) / 1000
+        self._gap = float(engine_kwargs.get("token_ms", 0)) / 1000
+        self._default_tokens = int(engine_kwargs.get("default_tokens", 128))
+        self._text = str(engine_kwargs.get("text", " tok"))
+        fail_after = engine_kwargs.get("fail_after")
+        self._fail_after = None if fail_after is None else int(fail_after)
+        self._context = int(engine_kwargs.get("context_length", 4096))
+        self._dims = int(engine_kwargs.get("embedding_dims", 8))
+        self._stats = EngineStats()
+        self._aborts: set[str] = set()
+
+    async def start(self) -> None:
+        return None
+
+    @property
+    def context_length(self) -> int:
+        return self._context
+
+    def stats(self) -> EngineStats:
+        return EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
+
+    async def check_health(self) -> None:
+        return None
+
+    async def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    async def abort(self, request_id: str) -> bool:
+        self._aborts.add(request_id)
+        return True
+
+    def _prompt_tokens(self, request: GenerateRequest) -> int:
+        if request.messages is not None:
+            return sum(len(m.content.split()) + 4 for m in request.messages)
+        if isinstance(request.prompt, list):
+            return len(request.prompt)
+        return len((request.prompt or "").split())
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        n_prompt = self._prompt_tokens(request)
+        budget = request.sampling.max_tokens or self._default_tokens
+        if n_prompt + budget > self._context:
+            raise ContextLengthExceededError.for_request(
+                context_length=self._context,
+                prompt_tokens=n_prompt,
+                max_tokens=budget,
+                param=request.prompt_param,
+            )
+        self._stats.requests_total += 1
+        self._stats.running += 1
+        finished = False
+        try:
+            if self._ttft:
+                await asyncio.sleep(self._ttft)
+            for i in range(1, budget + 1):
+                if request.request_id in self._aborts:
+                    break
+                if self._fail_after is not None and i > self._fail_after:
+                    raise EngineError(f"synthetic engine failure after {self._fail_after} tokens")
+                if i > 1 and self._gap:
+                    await asyncio.sleep(self._gap)
+                self._stats.tokens_generated_total += 1
+                yield Delta(self._text, i, n_prompt, "length" if i == budget else None)
+            finished = True
+        finally:
+            self._stats.running -= 1
+            self._aborts.discard(request.request_id)
+            if not finished:
+                self._stats.aborted_total += 1
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        vectors = []
+        for item in request.inputs:
+            digest = hashlib.sha256(repr(item).encode()).digest()
+            vec = [b - 127.5 for b in digest[: self._dims]]
+            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+            vectors.append([v / norm for v in vec])
+        tokens = sum(len(x) if isinstance(x, list) else len(x.split()) for x in request.inputs)
+        return EmbedResult(embeddings=vectors, prompt_tokens=tokens)
