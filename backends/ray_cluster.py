@@ -13,21 +13,22 @@ import ray
 NAMESPACE = "raygate"
 
 
-def connect(address: str | None, num_cpus: float | None = None) -> None:
+def connect(address: str | None, num_cpus: float | None = None, namespace: str = NAMESPACE) -> None:
     """Attach to `address` (an existing cluster), or start an embedded single-node Ray.
 
     The embedded cluster is private to this process, so Ray's token auth is turned off for it; an
-    existing cluster keeps whatever auth mode its operator chose.
+    existing cluster keeps whatever auth mode its operator chose. The namespace scopes the named
+    actors (controller, replicas): gateways in the same namespace share them.
     """
     if ray.is_initialized():
         return
     with _keep_signal_handlers():
         if address:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+            ray.init(address=address, namespace=namespace, log_to_driver=True)
             return
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(
-            namespace=NAMESPACE,
+            namespace=namespace,
             include_dashboard=False,
             num_cpus=num_cpus,
             log_to_driver=True,

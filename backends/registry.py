@@ -1,88 +1,146 @@
-"""The models this gateway serves: one `ModelRouter` per configured model, found by name or alias."""
+"""This gateway's view of the models: a cache of the controller's routing table.
+
+Requests are routed from the cache, never by asking the controller: a long poll (`watch`) brings
+each change (deploy, a replica becoming ready, a death, a drain) within one round trip of it
+happening. Admin calls go to the controller and then refresh the cache at once, so a gateway
+always sees its own changes. If the controller disappears (its node died, someone killed it), the
+gateway recreates it, which restores the registry from the state file.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-import ray
+from ray.exceptions import RayActorError, RayTaskError
 
-from backends.model_files import anchor_source
-from backends.router import ModelRouter, Replica
-from backends.worker import ModelWorker
-from protocol.config import GatewayConfig, ModelConfig
-from protocol.errors import ModelNotFoundError
+from backends.route_table import RouteTable
+from backends.router import ModelRouter
+from protocol.errors import (
+    ModelLoadingError,
+    ModelNotFoundError,
+    OpenAIError,
+    ServiceUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
+WATCH_SECONDS = 30.0
+RECONNECT_SECONDS = 1.0
 
-class ReplicaStartError(RuntimeError):
-    """A replica could not load its model; the message says which and why."""
+
+class ControllerError(RuntimeError):
+    """The controller could not be created or reached (e.g. an unreadable state file)."""
 
 
 class ModelRegistry:
-    def __init__(self, config: GatewayConfig, base_dir: Path) -> None:
-        self._models = [
-            m.model_copy(update={"source": m.source and anchor_source(m.source, base_dir)})
-            for m in config.models
-        ]
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._controller: Any = None
         self._routers: dict[str, ModelRouter] = {}
         self._by_id: dict[str, ModelRouter] = {}
+        self._version = -1
+        self._watcher: asyncio.Task[None] | None = None
         self.created = int(time.time())
 
-    async def start(self) -> None:
-        """Start every replica of every model at once; any failure stops the gateway's start."""
-        routers = await asyncio.gather(*(self._start_model(m) for m in self._models))
-        for router in routers:
-            self._routers[router.config.name] = router
-            for model_id in router.config.ids:
-                self._by_id[model_id] = router
+    async def start(self) -> dict[str, Any]:
+        """Reach (or create) the controller and load the first table; returns the controller's info."""
+        self._controller = await asyncio.to_thread(self._connect)
+        try:
+            info: dict[str, Any] = await self._controller.info.remote()
+        except RayActorError as exc:  # its constructor raised: Ray keeps only the message
+            raise ControllerError(f"the Raygate controller could not start: {exc}") from None
+        await self.refresh()
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return info
 
-    async def _start_model(self, config: ModelConfig) -> ModelRouter:
-        actor_cls = ray.remote(ModelWorker)
-        actors = [
-            actor_cls.options(
-                name=f"raygate:{config.name}:{i}:{id(self):x}",
-                num_cpus=config.num_cpus,
-                num_gpus=config.num_gpus,
-                resources=config.resources or None,
-            ).remote(config)
-            for i in range(config.replicas)
-        ]
-        t0 = time.monotonic()
-        results = await asyncio.gather(*(a.start.remote() for a in actors), return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            for actor in actors:
-                ray.kill(actor)
-            cause = getattr(failures[0], "cause", None) or failures[0]
-            raise ReplicaStartError(f"model `{config.name}` failed to start: {cause}")
-        replicas = [
-            Replica(actor=a, index=i, node_id=r["node_id"], context_length=r["context_length"])
-            for i, (a, r) in enumerate(zip(actors, results, strict=True))
-        ]
-        log.info(
-            "model %s ready: %d replica(s) in %.1fs", config.name, len(replicas), time.monotonic() - t0
-        )
-        return ModelRouter(config, replicas)
+    async def wait_settled(self, timeout: float) -> list[Any]:
+        statuses: list[Any] = await self._controller.wait_settled.remote(timeout)
+        await self.refresh()
+        return statuses
+
+    async def refresh(self, wait: float = 0.0) -> None:
+        table: RouteTable = await self._controller.watch.remote(self._version, wait)
+        self._apply(table)
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                await self.refresh(WATCH_SECONDS)
+            except RayActorError as exc:
+                log.warning("controller unreachable (%s); reconnecting", str(exc).splitlines()[0])
+                await asyncio.sleep(RECONNECT_SECONDS)
+                self._version = -1  # a new controller counts versions from zero again
+                try:
+                    self._controller = await asyncio.to_thread(self._connect)
+                except Exception:
+                    log.exception("cannot recreate the controller")
+            except Exception:
+                log.exception("routing table refresh failed")
+                await asyncio.sleep(RECONNECT_SECONDS)
+
+    def _apply(self, table: RouteTable) -> None:
+        if table.version <= self._version:
+            return
+        routers: dict[str, ModelRouter] = {}
+        for route in table.deployments:
+            router = self._routers.get(route.spec.name) or ModelRouter(route.spec, [])
+            router.update(route)
+            routers[route.spec.name] = router
+        self._routers = routers
+        self._by_id = {model_id: r for r in routers.values() for model_id in r.config.ids}
+        self._version = table.version
+
+    # ---- the request path ----------------------------------------------------------------------
 
     def get(self, model_id: str) -> ModelRouter:
+        """The router for a servable model; 404 if unknown, 503 (+ Retry-After) while it loads."""
         router = self._by_id.get(model_id)
         if router is None:
             raise ModelNotFoundError.for_model(model_id)
+        if not router.replicas:
+            name = router.config.name
+            if router.state == "loading":
+                raise ModelLoadingError(f"Model `{name}` is loading; retry shortly.", param="model")
+            raise ServiceUnavailableError(
+                f"Model `{name}` has no ready replica: {router.error or 'none is running'}", param="model"
+            )
         return router
 
     def model_ids(self) -> list[str]:
-        return list(self._by_id)
+        """Ids (names and aliases) of the models that have a ready replica."""
+        return [model_id for model_id, r in self._by_id.items() if r.replicas]
 
     def routers(self) -> list[ModelRouter]:
         return list(self._routers.values())
 
+    # ---- the admin path ------------------------------------------------------------------------
+
+    async def admin(self, method: str, *args: Any) -> Any:
+        """Call a controller operation; its typed errors (400/404/409) reach the client as they are."""
+        try:
+            result = await getattr(self._controller, method).remote(*args)
+        except RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, OpenAIError):
+                raise type(cause)(cause.message, param=cause.param, code=cause.code) from None
+            raise OpenAIError(f"The controller failed: {cause}") from None
+        except RayActorError:
+            raise ServiceUnavailableError("The controller is restarting; please retry.") from None
+        await self.refresh()  # this gateway sees its own change at once
+        return result
+
     async def shutdown(self) -> None:
-        for router in self._routers.values():
-            for replica in router.replicas:
-                ray.kill(replica.actor)
+        """Stop watching. Replicas and the controller stay: they belong to the cluster, not to this
+        gateway (an embedded Ray takes them down with it)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            try:
+                await self._watcher
+            except asyncio.CancelledError:
+                pass
         self._routers.clear()
         self._by_id.clear()

@@ -1,8 +1,13 @@
-"""Routing one model's requests over its replica actors, and carrying deltas back over Ray.
+"""Routing one model's requests over its ready replicas, and carrying deltas back over Ray.
 
 Least-loaded choice uses the gateway's own count of in-flight requests per replica: it is exact
 for this process and costs no round trip. Closing a stream early (client disconnect) cancels the
 Ray generator task, which closes the engine's stream inside the replica.
+
+The replica list is replaced whenever the controller's routing table changes (`update`); requests
+already running keep their `Replica` object, so scaling never disturbs them. A request that fails
+before its first token because its replica is draining or has just died is retried on another
+replica: nothing reached the client yet, so the retry is invisible to it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.route_table import DeploymentRoute
+from backends.worker import ReplicaDrainingError
+from protocol.admin import DeploymentState
 from protocol.config import ModelConfig
 from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
@@ -23,7 +31,7 @@ from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateReques
 @dataclass
 class Replica:
     actor: Any
-    index: int
+    id: str
     node_id: str = ""
     context_length: int = 0
     inflight: int = field(default=0)
@@ -35,10 +43,9 @@ def _unwrap(exc: Exception, model: str) -> OpenAIError:
         cause = exc.cause
         if isinstance(cause, OpenAIError):
             return type(cause)(cause.message, param=cause.param, code=cause.code)
-        if isinstance(cause, RayActorError):
-            exc = cause
-        else:
-            return EngineError(f"Model `{model}` failed: {cause}")
+        if isinstance(cause, RayActorError | ReplicaDrainingError):
+            return ServiceUnavailableError(f"No replica of `{model}` could take the request; please retry.")
+        return EngineError(f"Model `{model}` failed: {cause}")
     if isinstance(exc, RayActorError):
         return ServiceUnavailableError(
             f"The replica serving `{model}` stopped while handling the request; please retry."
@@ -48,44 +55,74 @@ def _unwrap(exc: Exception, model: str) -> OpenAIError:
     return EngineError(f"Model `{model}` failed: {exc}")
 
 
+def _retryable(exc: Exception) -> bool:
+    """The replica refused (draining) or vanished: safe to retry if nothing was sent yet."""
+    if isinstance(exc, RayTaskError):
+        return isinstance(exc.cause, RayActorError | ReplicaDrainingError)
+    return isinstance(exc, RayActorError)
+
+
 class ModelRouter:
     def __init__(self, config: ModelConfig, replicas: list[Replica]) -> None:
         self.config = config
         self.replicas = replicas
+        self.state: DeploymentState = "ready" if replicas else "loading"
+        self.error: str | None = None
         self._tiebreak = itertools.count()
 
-    def _pick(self) -> Replica:
-        if not self.replicas:
-            raise ServiceUnavailableError(f"Model `{self.config.name}` has no ready replica.")
-        low = min(r.inflight for r in self.replicas)
-        candidates = [r for r in self.replicas if r.inflight == low]
+    def update(self, route: DeploymentRoute) -> None:
+        """Take the controller's latest view, keeping the objects (and counts) of known replicas."""
+        known = {r.id: r for r in self.replicas}
+        replicas = []
+        for r in route.replicas:
+            replica = known.get(r.id) or Replica(actor=r.actor, id=r.id)
+            replica.node_id, replica.context_length = r.node_id, r.context_length
+            replicas.append(replica)
+        self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
+
+    def _pick(self, tried: set[str]) -> Replica:
+        replicas = [r for r in self.replicas if r.id not in tried]
+        if not replicas:
+            raise ServiceUnavailableError(f"Model `{self.config.name}` has no ready replica; please retry.")
+        low = min(r.inflight for r in replicas)
+        candidates = [r for r in replicas if r.inflight == low]
         return candidates[next(self._tiebreak) % len(candidates)]
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
-        replica = self._pick()
-        replica.inflight += 1
-        stream = replica.actor.generate.options(num_returns="streaming").remote(request)
-        finished = False
-        try:
-            async for ref in stream:
-                for delta in await ref:
-                    yield delta
-            finished = True
-        except (RayTaskError, RayActorError) as exc:
-            finished = True
-            raise _unwrap(exc, self.config.name) from None
-        finally:
-            replica.inflight -= 1
-            if not finished:
-                ray.cancel(stream)
+        tried: set[str] = set()
+        while True:
+            replica = self._pick(tried)
+            replica.inflight += 1
+            stream = replica.actor.generate.options(num_returns="streaming").remote(request)
+            started = finished = False
+            try:
+                async for ref in stream:
+                    for delta in await ref:
+                        started = True
+                        yield delta
+                finished = True
+                return
+            except (RayTaskError, RayActorError) as exc:
+                finished = True
+                if started or not _retryable(exc):
+                    raise _unwrap(exc, self.config.name) from None
+                tried.add(replica.id)
+            finally:
+                replica.inflight -= 1
+                if not finished:
+                    ray.cancel(stream)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        replica = self._pick()
-        replica.inflight += 1
-        try:
-            result: EmbedResult = await replica.actor.embed.remote(request)
-            return result
-        except (RayTaskError, RayActorError) as exc:
-            raise _unwrap(exc, self.config.name) from None
-        finally:
-            replica.inflight -= 1
+        tried: set[str] = set()
+        while True:
+            replica = self._pick(tried)
+            replica.inflight += 1
+            try:
+                result: EmbedResult = await replica.actor.embed.remote(request)
+                return result
+            except (RayTaskError, RayActorError) as exc:
+                if not _retryable(exc):
+                    raise _unwrap(exc, self.config.name) from None
+                tried.add(replica.id)
+            finally:
+                replica.inflight -= 1

@@ -4,12 +4,17 @@ Deltas leave through a Ray streaming generator. Each `yield` costs a Ray object 
 delta per yield caps near 1k items/s, 16 per yield near 10k), so the worker coalesces: the first
 delta goes out at once, later ones are batched with whatever else arrived while the previous
 batch was being handed to Ray. No timer is involved, so coalescing never adds latency.
+
+The worker also counts its own in-flight requests (from every gateway), so the controller can drain
+it before stopping it: `drain()` turns new requests away with `ReplicaDrainingError`, which the
+router retries on another replica, and waits for the running ones to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,15 +26,22 @@ from protocol.config import ModelConfig
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
 MAX_DELTAS_PER_YIELD = 64
+DRAIN_POLL_SECONDS = 0.05
+
+
+class ReplicaDrainingError(RuntimeError):
+    """The replica is being stopped and takes no new requests; the caller should pick another."""
 
 
 class ModelWorker:
     def __init__(self, config: ModelConfig) -> None:
         self._config = config
         self._engine: Engine | None = None
+        self._inflight = 0
+        self._draining = False
 
     async def start(self) -> dict[str, Any]:
-        """Load the model; called once by the gateway, which treats an exception as `failed`."""
+        """Load the model; called once by the controller, which treats an exception as `failed`."""
         engine = make_engine(self._config)
         await engine.start()
         self._engine = engine
@@ -43,8 +55,39 @@ class ModelWorker:
             raise RuntimeError("replica not started")
         return self._engine
 
+    def _admit(self) -> Engine:
+        if self._draining:
+            raise ReplicaDrainingError(f"replica of `{self._config.name}` is draining")
+        return self._require()
+
+    async def watch(self) -> None:
+        """Never returns. The controller keeps this call open: Ray fails it as soon as the actor or
+        its node dies, which is how a death is noticed without polling."""
+        await asyncio.Event().wait()
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new requests from now on and wait up to `timeout` s for the running ones.
+        Returns whether every in-flight request finished."""
+        self._draining = True
+        deadline = time.monotonic() + timeout
+        while self._inflight and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        return self._inflight == 0
+
+    async def inflight(self) -> int:
+        return self._inflight
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[list[Delta]]:
-        engine = self._require()
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            async with contextlib.aclosing(self._batches(engine, request)) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            self._inflight -= 1
+
+    async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncIterator[list[Delta]]:
         queue: asyncio.Queue[Delta | BaseException | None] = asyncio.Queue()
 
         async def pump() -> None:
@@ -79,7 +122,12 @@ class ModelWorker:
                 await task
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        return await self._require().embed(request)
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            return await engine.embed(request)
+        finally:
+            self._inflight -= 1
 
     async def abort(self, request_id: str) -> bool:
         return await self._require().abort(request_id)

@@ -49,6 +49,13 @@ class ModelConfig(StrictModel):
         default_factory=dict,
         description="Engine keyword arguments, e.g. n_ctx, n_threads, n_gpu_layers for llama.cpp.",
     )
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="Dead replicas replaced automatically (since the last deploy, scale or update) "
+        "before the deployment is reported `failed`.",
+    )
 
     @model_validator(mode="after")
     def _needs_weights(self) -> ModelConfig:

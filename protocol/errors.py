@@ -4,10 +4,14 @@
     ├── BadRequestError (400, invalid_request_error)
     │   ├── ContextLengthExceededError (code context_length_exceeded)
     │   └── UnsupportedParameterError (code unsupported_parameter)
+    ├── AuthenticationError (401, invalid_request_error, code invalid_api_key)
     ├── ModelNotFoundError (404, invalid_request_error, code model_not_found)
+    ├── ConflictError (409, invalid_request_error, code conflict)
     ├── ServiceUnavailableError (503, service_unavailable)
+    │   └── ModelLoadingError (code model_loading, with Retry-After)
     └── EngineError (500, server_error): the engine failed while serving a valid request
 
+An error with `retry_after` set (seconds) is answered with a `Retry-After` header.
 Exceptions cross the Ray hop by pickling, so each class keeps its constructor arguments in
 `__reduce__`; the server turns any of them into a response with `to_body()` in one place.
 """
@@ -21,6 +25,7 @@ class OpenAIError(Exception):
     status_code: int = 500
     error_type: str = "server_error"
     default_code: str | None = None
+    retry_after: float | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -84,9 +89,30 @@ class ModelNotFoundError(OpenAIError):
         )
 
 
+class AuthenticationError(OpenAIError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class ConflictError(OpenAIError):
+    """The request is valid but clashes with an operation already running on the same target."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
+    default_code = "conflict"
+
+
 class ServiceUnavailableError(OpenAIError):
     status_code = 503
     error_type = "service_unavailable"
+
+
+class ModelLoadingError(ServiceUnavailableError):
+    """The model is deployed but no replica has finished loading: retry rather than give up (404)."""
+
+    default_code = "model_loading"
+    retry_after = 5.0
 
 
 class EngineError(OpenAIError):

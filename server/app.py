@@ -6,30 +6,43 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from backends import ray_cluster
+from backends.controller import connect_controller
 from backends.registry import ModelRegistry
 from server.errors import install_error_handlers
 from server.requests import UnknownFieldLog
-from server.routes import chat, completions, embeddings, models
-from server.settings import Settings, load_config
+from server.routes import admin, chat, completions, embeddings, models
+from server.settings import Settings, load_config, seed_specs
 
 log = logging.getLogger(__name__)
 
+# Model loads are bounded by the controller's own load timeout; this only caps the wait for them.
+STARTUP_SETTLE_SECONDS = 3600.0
+
 
 def build_app(settings: Settings) -> FastAPI:
-    config = load_config(settings.config_path)  # fail before Ray starts if the config is wrong
+    # Fail before Ray starts if the config is wrong or names weights that are not there.
+    seed = seed_specs(load_config(settings.config_path), settings)
+
+    def controller() -> Any:
+        return connect_controller(settings.state_dir, seed)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ray_cluster.connect(settings.ray_address, settings.ray_num_cpus)
-        registry = ModelRegistry(config, settings.config_path.parent)
+        ray_cluster.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
+        registry = ModelRegistry(controller)
         try:
-            await registry.start()
+            info = await registry.start()
+            _log_origin(info, settings)
+            for status in await registry.wait_settled(STARTUP_SETTLE_SECONDS):
+                if status.state != "ready":
+                    log.error("model %s is %s: %s", status.name, status.state, status.error)
             app.state.registry = registry
-            log.info("serving %s", ", ".join(registry.model_ids()))
+            log.info("serving %s", ", ".join(registry.model_ids()) or "no model yet")
             yield
         finally:
             await registry.shutdown()
@@ -43,6 +56,21 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.unknown_fields = UnknownFieldLog()
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models):
+    for module in (chat, completions, embeddings, models, admin):
         app.include_router(module.router)
     return app
+
+
+def _log_origin(info: dict[str, Any], settings: Settings) -> None:
+    """Say where the registry came from: operators otherwise wonder why a config edit did nothing."""
+    if info["restored"]:
+        log.info("registry restored from %s/registry.json; %s is not used", info["state_dir"], settings.config_path)
+    elif info["state_dir"] is None:
+        log.info("registry not persisted (no --state-dir): changes last until the controller stops")
+    if settings.state_dir is not None and str(settings.state_dir) != info["state_dir"]:
+        log.warning(
+            "attached to a running controller that persists to %s, not to --state-dir %s",
+            info["state_dir"],
+            settings.state_dir,
+        )
+    log.info("controller on node %s holds: %s", info["node_id"][:12], ", ".join(info["deployments"]) or "nothing")

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from server.client_cli import add_client_commands, run_client
 from server.settings import DEFAULT_CONFIG, ConfigError, Settings
 
 
@@ -53,11 +54,30 @@ def _parser() -> argparse.ArgumentParser:
         help="CPUs the embedded Ray may schedule (env RAYGATE_RAY_NUM_CPUS; default: all cores)",
     )
     serve.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ["RAYGATE_STATE_DIR"]) if os.environ.get("RAYGATE_STATE_DIR") else None,
+        help="persist the model registry here and restore it on start; the config only seeds a new "
+        "registry (env RAYGATE_STATE_DIR; default: not persisted)",
+    )
+    serve.add_argument(
+        "--admin-key",
+        default=os.environ.get("RAYGATE_ADMIN_KEY") or None,
+        help="require this bearer token on /admin (env RAYGATE_ADMIN_KEY; default: /admin is open)",
+    )
+    serve.add_argument(
+        "--ray-namespace",
+        default=os.environ.get("RAYGATE_RAY_NAMESPACE", "raygate"),
+        help="Ray namespace of the controller and replicas; gateways in one namespace share them "
+        "(env RAYGATE_RAY_NAMESPACE; default: %(default)s)",
+    )
+    serve.add_argument(
         "--log-level",
         default=os.environ.get("RAYGATE_LOG_LEVEL", "info"),
         choices=["critical", "error", "warning", "info", "debug"],
         help="log level (env RAYGATE_LOG_LEVEL; default: %(default)s)",
     )
+    add_client_commands(sub)
     return parser
 
 
@@ -73,6 +93,9 @@ def _serve(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         ray_num_cpus=args.ray_num_cpus,
         log_level=args.log_level,
+        state_dir=args.state_dir.resolve() if args.state_dir else None,
+        ray_namespace=args.ray_namespace,
+        admin_key=args.admin_key,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -96,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
-    return 2
+    return run_client(args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Validation messages are bounded (a few errors, no echoed input): another server 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,8 @@ _HTTP_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_f
 
 
 def error_response(exc: OpenAIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    if exc.retry_after is not None:
+        headers = {**(headers or {}), "Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
 
 

@@ -1,4 +1,5 @@
-"""Process settings for `raygate serve`: where to listen, which models, which Ray cluster."""
+"""Process settings for `raygate serve`: where to listen, which models, which Ray cluster, where
+the registry is persisted."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from protocol.config import GatewayConfig
+from backends.model_files import ModelFileError, anchor_source, resolve_model_file
+from backends.state_store import state_file
+from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.yaml"
@@ -22,6 +25,9 @@ class Settings:
     ray_address: str | None = None
     ray_num_cpus: float | None = None
     log_level: str = "info"
+    state_dir: Path | None = None
+    ray_namespace: str = "raygate"
+    admin_key: str | None = None
 
 
 class ConfigError(ValueError):
@@ -37,3 +43,25 @@ def load_config(path: Path) -> GatewayConfig:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid config {path}:\n{exc}") from exc
+
+
+def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
+    """The config's models as deployment specs, with relative paths made absolute.
+
+    When they will seed a new registry (no registry file yet), weights that cannot be found stop
+    the start here, before Ray starts. A config that a persisted registry overrides is not checked:
+    it is not used.
+    """
+    specs = [
+        m.model_copy(update={"source": m.source and anchor_source(m.source, settings.config_path.parent)})
+        for m in config.models
+    ]
+    if settings.state_dir is not None and state_file(settings.state_dir).exists():
+        return specs
+    for spec in specs:
+        if spec.source is not None and spec.backend != "synthetic":
+            try:
+                resolve_model_file(spec.source)
+            except ModelFileError as exc:
+                raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
+    return specs

@@ -1,0 +1,38 @@
+"""Can the Ray cluster host a replica at all? Asked before deploying and before replacing a dead
+replica, so an impossible request is a clear error instead of an actor pending forever."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import ray
+
+from protocol.config import ModelConfig
+
+
+def replica_demand(spec: ModelConfig) -> dict[str, float]:
+    """The Ray resources one replica reserves (what `.options()` asks the scheduler for)."""
+    demand = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}
+    return {k: v for k, v in demand.items() if v > 0}
+
+
+def infeasible_reason(demand: dict[str, float], nodes: list[dict[str, Any]]) -> str | None:
+    """None if some alive node's *total* resources cover `demand` (busy nodes free up later)."""
+    alive = [n for n in nodes if n.get("Alive")]
+    for node in alive:
+        totals = node.get("Resources", {})
+        if all(totals.get(k, 0.0) >= v for k, v in demand.items()):
+            return None
+    offers = sorted(
+        {str({k: node.get("Resources", {}).get(k, 0.0) for k in demand}) for node in alive}
+    )
+    return (
+        f"no alive node in the Ray cluster can host a replica needing {demand} "
+        f"(the {len(alive)} alive node(s) offer {', '.join(offers) or 'nothing'})"
+    )
+
+
+async def check_feasible(spec: ModelConfig) -> str | None:
+    nodes = await asyncio.to_thread(ray.nodes)  # a GCS round trip: keep it off the event loop
+    return infeasible_reason(replica_demand(spec), nodes)

@@ -1,0 +1,37 @@
+"""What the controller tells gateways: per deployment, its spec, state and *ready* replicas.
+
+Gateways keep the latest table and route from it; the controller is never asked per request.
+Plain dataclasses (actor handles inside) pickle straight across the Ray hop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.admin import DeploymentState
+from protocol.config import ModelConfig
+
+
+@dataclass(slots=True)
+class ReplicaRoute:
+    id: str
+    actor: Any
+    node_id: str
+    context_length: int
+
+
+@dataclass(slots=True)
+class DeploymentRoute:
+    spec: ModelConfig
+    state: DeploymentState
+    error: str | None
+    replicas: list[ReplicaRoute] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RouteTable:
+    """`version` grows with every change, so a gateway can ask "anything newer than N?"."""
+
+    version: int
+    deployments: list[DeploymentRoute] = field(default_factory=list)

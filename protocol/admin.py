@@ -1,0 +1,73 @@
+"""The `/admin` wire format: deployment status as operators (and `raygate list`) see it.
+
+A deployment *is* a `ModelConfig` (the same schema as a `models.yaml` entry); these models add the
+live state the controller keeps about it.
+
+Replica states:
+    loading   actor created, waiting for resources or loading weights
+    ready     serving requests
+    draining  taken out of routing; finishing its in-flight requests before it stops
+    failed    could not load, or died with no restarts left (`error` says why)
+
+Deployment states:
+    loading   fewer ready replicas than asked for, some still loading
+    ready     as many ready replicas as asked for
+    degraded  serving, but with fewer ready replicas than asked for and none loading
+    failed    no replica ready and none loading (`error` says why)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from protocol.base import ResponseModel, StrictModel
+from protocol.config import ModelConfig
+
+ReplicaState = Literal["loading", "ready", "draining", "failed"]
+DeploymentState = Literal["loading", "ready", "degraded", "failed"]
+
+
+class ReplicaStatus(ResponseModel):
+    id: str = Field(description="Stable within the deployment, e.g. `my-model#3`.")
+    state: ReplicaState
+    node_id: str | None = Field(None, description="Ray node the replica runs on, once known.")
+    error: str | None = None
+    since: float = Field(description="Unix time the replica entered `state`.")
+
+
+class DeploymentStatus(ResponseModel):
+    name: str
+    state: DeploymentState
+    error: str | None = Field(None, description="Why the deployment (or its last change) failed.")
+    ready: int
+    desired: int
+    restarts: int = Field(description="Replicas replaced since the last deploy, scale or update.")
+    updating: bool = Field(False, description="A rolling update to a new spec is in progress.")
+    spec: ModelConfig
+    replicas: list[ReplicaStatus]
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left in motion: what a client waiting on a deploy/scale/update polls for."""
+        moving = any(r.state in ("loading", "draining") for r in self.replicas)
+        return not moving and not self.updating
+
+
+class DeploymentList(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[DeploymentStatus]
+
+
+class ScaleRequest(StrictModel):
+    replicas: int = Field(ge=1, le=64, description="Replicas to run from now on.")
+    drain_timeout: float = Field(
+        60.0, ge=0, le=3600, description="Seconds a removed replica may spend finishing its requests."
+    )
+
+
+class UndeployResult(ResponseModel):
+    name: str
+    drained: bool = Field(description="Every in-flight request finished before the replicas stopped.")
+    seconds: float = Field(description="How long draining took.")

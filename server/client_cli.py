@@ -1,0 +1,277 @@
+"""`raygate deploy | scale | undeploy | list | chat`: clients of a running gateway's HTTP API.
+
+They speak only HTTP (the `/admin` API and `/v1/chat/completions`), so they work from any machine
+that can reach the gateway: `--url` or RAYGATE_URL. Operations that take time (loading a model)
+poll the deployment and print progress until it settles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+POLL_SECONDS = 0.5
+
+
+class ClientError(RuntimeError):
+    """What to print before exiting 1."""
+
+
+def add_client_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url",
+        default=os.environ.get("RAYGATE_URL", DEFAULT_URL),
+        help="gateway to talk to (env RAYGATE_URL; default: %(default)s)",
+    )
+    common.add_argument(
+        "--admin-key",
+        default=os.environ.get("RAYGATE_ADMIN_KEY") or None,
+        help="the gateway's admin key, if it has one (env RAYGATE_ADMIN_KEY)",
+    )
+    waiting = argparse.ArgumentParser(add_help=False)
+    waiting.add_argument("--no-wait", action="store_true", help="return once the change is accepted")
+    waiting.add_argument("--timeout", type=float, default=900.0, help="seconds to wait (default: %(default)s)")
+
+    deploy = sub.add_parser(
+        "deploy",
+        parents=[common, waiting],
+        help="deploy a model on a running gateway",
+        description="Deploy a model: give its weights (--path or --package/--file) or a YAML spec "
+        "with the keys of a models.yaml entry (--spec). Waits until its replicas are ready.",
+    )
+    deploy.add_argument("name", nargs="?", help="model id clients will send (overrides the spec's name)")
+    deploy.add_argument("--spec", type=Path, help="YAML file holding one model entry")
+    deploy.add_argument("--path", help="GGUF file (made absolute here; must exist on the nodes that load it)")
+    deploy.add_argument("--package", help="installed Python package that ships the weights")
+    deploy.add_argument("--file", help="file inside --package")
+    deploy.add_argument("--alias", action="append", default=None, help="another id (repeatable)")
+    deploy.add_argument("--backend", help="engine (default llama_cpp)")
+    deploy.add_argument("--task", choices=["generate", "embed"])
+    deploy.add_argument("--replicas", type=int)
+    deploy.add_argument("--num-cpus", type=float, help="Ray CPUs per replica")
+    deploy.add_argument("--num-gpus", type=float, help="Ray GPUs per replica")
+    deploy.add_argument("--resource", action="append", default=[], metavar="NAME=AMOUNT",
+                        help="custom Ray resource per replica (repeatable)")
+    deploy.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                        help="engine keyword argument, e.g. n_ctx=2048 (repeatable)")
+    deploy.add_argument("--max-restarts", type=int)
+
+    scale = sub.add_parser("scale", parents=[common, waiting], help="change a model's replica count")
+    scale.add_argument("name")
+    scale.add_argument("replicas", type=int)
+    scale.add_argument("--drain-timeout", type=float, default=60.0,
+                       help="seconds a removed replica may finish its requests (default: %(default)s)")
+
+    undeploy = sub.add_parser("undeploy", parents=[common], help="drain and remove a model")
+    undeploy.add_argument("name")
+    undeploy.add_argument("--timeout", type=float, default=30.0,
+                          help="seconds in-flight requests may take to finish (default: %(default)s)")
+
+    listing = sub.add_parser("list", parents=[common], help="list deployments and their replicas")
+    listing.add_argument("--json", action="store_true", help="print the raw JSON")
+
+    chat = sub.add_parser("chat", parents=[common], help="stream a chat answer to the terminal")
+    chat.add_argument("model")
+    chat.add_argument("prompt")
+    chat.add_argument("--system", help="system message")
+    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float)
+    chat.add_argument("--api-key", default=os.environ.get("RAYGATE_API_KEY") or None,
+                      help="API key for /v1 if the gateway wants one (env RAYGATE_API_KEY)")
+    chat.add_argument("--wait", type=float, default=300.0,
+                      help="seconds to keep retrying while the model loads (default: %(default)s)")
+
+
+def run_client(args: argparse.Namespace) -> int:
+    commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
+    headers = {"Authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
+    try:
+        with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=httpx.Timeout(30.0)) as http:
+            return commands[args.command](http, args)
+    except ClientError as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as exc:
+        print(f"raygate: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
+    r = http.request(method, path, **kw)
+    if r.status_code >= 400:
+        try:
+            message = r.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = r.text[:500]
+        raise ClientError(f"{r.status_code}: {message}")
+    return r.json()
+
+
+def _kv(items: list[str], what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClientError(f"{what} wants KEY=VALUE, got `{item}`")
+        out[key] = yaml.safe_load(value)  # n_ctx=2048 -> int, flash_attn=true -> bool
+    return out
+
+
+def _spec(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if args.spec is not None:
+        loaded = yaml.safe_load(args.spec.read_text())
+        if not isinstance(loaded, dict):
+            raise ClientError(f"{args.spec} must hold one model entry (a mapping)")
+        spec = loaded
+        source = spec.get("source")
+        if isinstance(source, dict) and isinstance(source.get("path"), str):
+            source["path"] = str((args.spec.parent / source["path"]).resolve())
+    if args.path:
+        spec["source"] = {"path": str(Path(args.path).expanduser().resolve())}
+    elif args.package or args.file:
+        spec["source"] = {"package": args.package, "file": args.file}
+    options = {
+        "name": args.name, "aliases": args.alias, "backend": args.backend, "task": args.task,
+        "replicas": args.replicas, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
+        "max_restarts": args.max_restarts,
+    }
+    spec.update({k: v for k, v in options.items() if v is not None})
+    if args.resource:
+        spec["resources"] = {k: float(v) for k, v in _kv(args.resource, "--resource").items()}
+    if args.engine:
+        spec["engine"] = {**spec.get("engine", {}), **_kv(args.engine, "--engine")}
+    if not spec.get("name"):
+        raise ClientError("give the model a name (NAME, or `name:` in --spec)")
+    return spec
+
+
+def _deploy(http: httpx.Client, args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    t0 = time.monotonic()
+    status = _call(http, "POST", "/admin/deployments", json=spec)
+    print(f"deploying {status['name']} ({status['desired']} replica(s))", file=sys.stderr)
+    return _settle(http, status, args, t0, "deployed")
+
+
+def _scale(http: httpx.Client, args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    body = {"replicas": args.replicas, "drain_timeout": args.drain_timeout}
+    status = _call(http, "PATCH", f"/admin/deployments/{args.name}", json=body)
+    print(f"scaling {args.name} to {args.replicas} replica(s)", file=sys.stderr)
+    return _settle(http, status, args, t0, "scaled")
+
+
+def _settle(http: httpx.Client, status: dict[str, Any], args: argparse.Namespace, t0: float, verb: str) -> int:
+    """Poll until nothing is loading or draining, printing each change of the picture."""
+    name = status["name"]
+    last = ""
+    deadline = t0 + args.timeout
+    while not args.no_wait:
+        line = _progress(status)
+        if line != last:
+            print(f"  [{time.monotonic() - t0:5.1f}s] {line}", file=sys.stderr, flush=True)
+            last = line
+        if _settled(status):
+            break
+        if time.monotonic() > deadline:
+            raise ClientError(f"{name} did not settle in {args.timeout:.0f}s: {line}")
+        time.sleep(POLL_SECONDS)
+        status = _call(http, "GET", f"/admin/deployments/{name}")
+    if status["state"] in ("failed", "degraded") and not args.no_wait:
+        raise ClientError(f"{name} is {status['state']}: {status.get('error')}")
+    print(f"{verb} {name}: {status['ready']}/{status['desired']} ready in {time.monotonic() - t0:.1f}s")
+    return 0
+
+
+def _settled(status: dict[str, Any]) -> bool:
+    moving = any(r["state"] in ("loading", "draining") for r in status["replicas"])
+    return not moving and not status.get("updating")
+
+
+def _progress(status: dict[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for r in status["replicas"]:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    return f"{status['state']}: {status['ready']}/{status['desired']} ready ({parts or 'no replica'})"
+
+
+def _undeploy(http: httpx.Client, args: argparse.Namespace) -> int:
+    print(f"undeploying {args.name} (draining up to {args.timeout:.0f}s)", file=sys.stderr, flush=True)
+    result = _call(
+        http, "DELETE", f"/admin/deployments/{args.name}", params={"timeout": args.timeout},
+        timeout=args.timeout + 60,
+    )
+    how = "drained" if result["drained"] else "timed out draining; in-flight requests were cut"
+    print(f"undeployed {args.name}: {how} in {result['seconds']:.1f}s")
+    return 0
+
+
+def _list(http: httpx.Client, args: argparse.Namespace) -> int:
+    deployments = _call(http, "GET", "/admin/deployments")["data"]
+    if args.json:
+        print(json.dumps(deployments, indent=2))
+        return 0
+    rows = [("NAME", "STATE", "READY", "BACKEND", "ALIASES / REPLICA", "NODE", "ERROR")]
+    for d in deployments:
+        spec = d["spec"]
+        rows.append((d["name"], d["state"], f"{d['ready']}/{d['desired']}", spec["backend"],
+                     ",".join(spec["aliases"]) or "-", "", d.get("error") or ""))
+        for r in d["replicas"]:
+            rows.append(("", f"  {r['state']}", "", "", r["id"], (r.get("node_id") or "-")[:12], r.get("error") or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1][:120])
+    return 0
+
+
+def _chat(http: httpx.Client, args: argparse.Namespace) -> int:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    messages.append({"role": "user", "content": args.prompt})
+    body: dict[str, Any] = {"model": args.model, "messages": messages, "stream": True, "max_tokens": args.max_tokens}
+    if args.temperature is not None:
+        body["temperature"] = args.temperature
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    deadline = time.monotonic() + args.wait
+    while True:
+        with http.stream("POST", "/v1/chat/completions", json=body, headers=headers, timeout=None) as r:
+            if r.status_code == 503 and "retry-after" in r.headers and time.monotonic() < deadline:
+                r.read()
+                print(f"{args.model} is loading; retrying", file=sys.stderr, flush=True)
+                time.sleep(float(r.headers["retry-after"]))
+                continue
+            if r.status_code >= 400:
+                r.read()
+                try:
+                    message = r.json()["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    message = r.text[:500]
+                raise ClientError(f"{r.status_code}: {message}")
+            for text in _deltas(r.iter_lines()):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        sys.stdout.write("\n")
+        return 0
+
+
+def _deltas(lines: Iterator[str]) -> Iterator[str]:
+    for line in lines:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise ClientError(f"stream failed: {chunk['error'].get('message')}")
+        for choice in chunk.get("choices", []):
+            yield choice.get("delta", {}).get("content") or ""
