@@ -1,0 +1,119 @@
+"""A real multi-node Ray cluster on this machine: `ray start --head`, then `ray start --address`
+for each extra raylet, each with its own temp dir and ports.
+
+Other Ray clusters may run on the same machine, so nothing here uses `ray stop`: every node runs
+`ray start --block` in its own process group, and is stopped (or "crashed") by signalling that
+group. Ray's worker processes die with their raylet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from tests.support.gateway import free_port
+
+RAY = Path(sys.executable).parent / "ray"
+# Notice a dead node within ~2 s instead of Ray's default ~15 s (the node-death test waits on it).
+HEAD_SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
+
+
+@dataclass
+class RayNode:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: BinaryIO
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 8) -> None:
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.kill_group()
+        self.log_file.close()
+
+    def kill_group(self) -> None:
+        """Whatever the node started in its process group and left behind (gcs, raylet, agents)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    address: str = ""
+    nodes: list[RayNode] = field(default_factory=list)
+
+    def _start(self, name: str, args: list[str], timeout: float = 120) -> RayNode:
+        log_path = self.root / f"{name}.log"
+        log_file = log_path.open("wb")
+        ports = [
+            "--dashboard-agent-listen-port", str(free_port()),
+            "--metrics-export-port", str(free_port()),
+        ]
+        proc = subprocess.Popen(
+            [str(RAY), "start", "--block", "--disable-usage-stats", "--temp-dir", str(self.root / name),
+             *ports, *args],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
+        node = RayNode(proc, log_path, log_file)
+        self.nodes.append(node)
+        deadline = time.monotonic() + timeout
+        while "Ray runtime started" not in log_path.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray node {name} did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.3)
+        return node
+
+    def start_head(self, num_cpus: float, resources: dict[str, float]) -> None:
+        port = free_port()
+        self._start(
+            "head",
+            ["--head", "--port", str(port), "--num-cpus", str(num_cpus), "--resources", json.dumps(resources),
+             "--include-dashboard", "false",
+             "--dashboard-port", str(free_port()),
+             "--system-config", json.dumps(HEAD_SYSTEM_CONFIG)],
+        )
+        self.address = f"127.0.0.1:{port}"
+
+    def add_node(self, name: str, num_cpus: float, resources: dict[str, float]) -> RayNode:
+        return self._start(
+            name,
+            ["--address", self.address, "--num-cpus", str(num_cpus), "--resources", json.dumps(resources)],
+        )
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+
+    def alive_nodes(self) -> list[dict[str, object]]:
+        """`ray.nodes()` as a separate driver sees it (this test process is already attached to the
+        session's own Ray, and a process attaches to one cluster only)."""
+        code = (
+            "import json, ray; ray.init(address=%r, log_to_driver=False); "
+            "print(json.dumps([{'id': n['NodeID'], 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]))"
+        ) % self.address
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        ).stdout
+        nodes: list[dict[str, object]] = json.loads(out.strip().splitlines()[-1])
+        return nodes

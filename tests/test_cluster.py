@@ -1,0 +1,123 @@
+"""A real two-node Ray cluster on this machine (a head, and a second raylet offering the custom
+resource `side`), with two gateways attached to it.
+
+A replica that asks for `side` lands on the second node (one asking for `main`, on the head); both gateways serve the same models from
+the one controller; a model deployed through one gateway is served by the other; killing the second
+node's raylet fails its replica cleanly and the deployment says why.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.admin import MINILM_PATH, deployments, embed_spec, settled_ready, wait_deployment
+from tests.support.cluster import LocalCluster
+from tests.support.gateway import GatewayProcess, start_gateway
+
+SEED = f"""
+models:
+  - name: cl-head
+    task: embed
+    num_cpus: 0.25
+    resources: {{main: 1}}
+    source: {{path: {MINILM_PATH}}}
+    engine: {{n_ctx: 512, n_batch: 512, n_ubatch: 512}}
+  - name: cl-side
+    task: embed
+    num_cpus: 0.25
+    resources: {{side: 1}}
+    source: {{path: {MINILM_PATH}}}
+    engine: {{n_ctx: 512, n_batch: 512, n_ubatch: 512}}
+"""
+
+
+class TwoNodes:
+    def __init__(self, cluster: LocalCluster, first: GatewayProcess, second: GatewayProcess) -> None:
+        self.cluster, self.first, self.second = cluster, first, second
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    # Short root: Ray's unix socket paths must stay under ~107 characters.
+    root = Path(tmp_path_factory.mktemp("rc", numbered=True))
+    cluster = LocalCluster(root)
+    gateways: list[GatewayProcess] = []
+    try:
+        cluster.start_head(num_cpus=2, resources={"main": 4})
+        cluster.add_node("side", num_cpus=1, resources={"side": 1})
+        seed = root / "seed.yaml"
+        seed.write_text(SEED)
+        args = ["--config", str(seed), "--ray-address", cluster.address]
+        gateways.append(start_gateway(args, root / "gw1.log"))
+        gateways.append(start_gateway(args, root / "gw2.log"))
+        yield TwoNodes(cluster, *gateways)
+    finally:
+        for gw in gateways:
+            code = gw.stop()
+            assert code == 0, gw.log()[-3000:]
+        cluster.stop()
+
+
+def test_placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> None:
+    first, second = two_nodes.first, two_nodes.second
+    nodes = two_nodes.cluster.alive_nodes()
+    assert len(nodes) == 2
+    side_node = next(n["id"] for n in nodes if "side" in n["resources"])  # type: ignore[operator]
+
+    head_node = next(n["id"] for n in nodes if "main" in n["resources"])  # type: ignore[operator]
+
+    listed = deployments(first.url)
+    assert listed["cl-side"]["replicas"][0]["node_id"] == side_node
+    assert listed["cl-head"]["replicas"][0]["node_id"] == head_node
+    assert listed == deployments(second.url)  # one registry, seen from both gateways
+
+    for gw in (first, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        assert {m.id for m in client.models.list()} == {"cl-head", "cl-side"}
+        for model in ("cl-head", "cl-side"):
+            assert len(client.embeddings.create(model=model, input="hello").data[0].embedding) == 384
+        client.close()
+
+    # Deployed through the second gateway, served by the first; removed through the first.
+    assert httpx.post(f"{second.url}/admin/deployments", json=embed_spec("cl-extra")).status_code == 202
+    wait_deployment(first.url, "cl-extra", settled_ready(1))
+    r = httpx.post(f"{first.url}/v1/embeddings", json={"model": "cl-extra", "input": "shared"})
+    assert r.status_code == 200, r.text
+    assert httpx.delete(f"{first.url}/admin/deployments/cl-extra").status_code == 200
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = httpx.post(f"{second.url}/v1/embeddings", json={"model": "cl-extra", "input": "gone"})
+        if r.status_code == 404:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 404, r.text
+
+
+def test_losing_a_node_fails_its_replica_cleanly(two_nodes: TwoNodes) -> None:
+    first, second = two_nodes.first, two_nodes.second
+    side = two_nodes.cluster.nodes[1]
+    side.signal(signal.SIGKILL)  # the raylet and everything on that node die at once
+
+    status = wait_deployment(first.url, "cl-side", lambda s: s["state"] == "failed", timeout=90)
+    replica = status["replicas"][0]
+    assert replica["state"] == "failed"
+    assert "node" in replica["error"] and "died" in replica["error"], replica["error"]
+    # Not replaced: no alive node offers `side` any more, and the reason says so.
+    assert "not replaced" in replica["error"] and "'side': 1.0" in replica["error"], replica["error"]
+    assert status["restarts"] == 0
+
+    for gw in (first, second):
+        r = httpx.post(f"{gw.url}/v1/embeddings", json={"model": "cl-side", "input": "x"})
+        assert r.status_code == 503 and "no ready replica" in r.json()["error"]["message"], r.text
+        assert "cl-side" not in {m["id"] for m in httpx.get(f"{gw.url}/v1/models").json()["data"]}
+        ok = httpx.post(f"{gw.url}/v1/embeddings", json={"model": "cl-head", "input": "still here"})
+        assert ok.status_code == 200, ok.text
+    assert deployments(second.url)["cl-side"]["state"] == "failed"
+    side.kill_group()
