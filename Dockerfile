@@ -25,6 +25,8 @@ COPY server ./server
 COPY models ./models
 RUN pip install -e .
 
+# The model registry persists here (mount a volume to keep it across containers; see README).
+ENV RAYGATE_STATE_DIR=/var/lib/raygate
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s CMD curl -fs http://127.0.0.1:8000/health || exit 1
 # RAY_ADDRESS (if set) makes the gateway join that cluster instead of starting its own Ray.

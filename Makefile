@@ -3,6 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= models/default.yaml
+# The registry persists here, one per config file; the config seeds it on the first start only.
+STATE_DIR ?= .raygate-state/$(basename $(notdir $(CONFIG)))
 
 # llama-cpp-python has no wheel for this platform and builds from source. Build it portable
 # (no -march=native) so a wheel cached on one CPU does not crash on another, and skip the parts
@@ -24,7 +26,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 setup: $(VENV)/.installed
 
 serve: setup
-	$(BIN)/raygate serve --config $(CONFIG)
+	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 test: setup
 	$(BIN)/python -m pytest

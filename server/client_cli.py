@@ -233,7 +233,7 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
             rows.append(("", f"  {r['state']}", "", "", r["id"], (r.get("node_id") or "-")[:12], r.get("error") or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1][:120])
+        print(("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1][:120]).rstrip())
     return 0
 
 
