@@ -179,7 +179,8 @@ class Deployment:
     # ---- internals -----------------------------------------------------------------------------
 
     def _current(self) -> list[ReplicaRecord]:
-        return [r for r in self.replicas if r.generation == self._generation]
+        """Replicas of the serving spec that are not on their way out."""
+        return [r for r in self.replicas if r.generation == self._generation and not r.stopping]
 
     def _forget_failed(self) -> None:
         self.replicas = [r for r in self.replicas if r.state != "failed"]

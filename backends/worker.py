@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import ray
@@ -87,7 +87,7 @@ class ModelWorker:
         finally:
             self._inflight -= 1
 
-    async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncIterator[list[Delta]]:
+    async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         queue: asyncio.Queue[Delta | BaseException | None] = asyncio.Queue()
 
         async def pump() -> None:

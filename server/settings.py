@@ -3,6 +3,7 @@ the registry is persisted."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from backends.model_files import ModelFileError, anchor_source, resolve_model_file
-from backends.state_store import state_file
+from backends.state_store import StateFileError, load_specs, state_file
 from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
@@ -56,8 +57,10 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
         m.model_copy(update={"source": m.source and anchor_source(m.source, settings.config_path.parent)})
         for m in config.models
     ]
-    if settings.state_dir is not None and state_file(settings.state_dir).exists():
-        return specs
+    if settings.state_dir is not None:
+        _check_state_dir(settings.state_dir)
+        if state_file(settings.state_dir).exists():
+            return specs
     for spec in specs:
         if spec.source is not None and spec.backend != "synthetic":
             try:
@@ -65,3 +68,17 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
             except ModelFileError as exc:
                 raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
     return specs
+
+
+def _check_state_dir(state_dir: Path) -> None:
+    """A registry that cannot be read or written is found here, before Ray starts, rather than as
+    a controller that fails to start."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        load_specs(state_dir)
+    except StateFileError as exc:
+        raise ConfigError(f"{exc}\n(fix or delete it; without it the config seeds a new registry)") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot use state directory {state_dir}: {exc}") from exc
+    if not os.access(state_dir, os.W_OK):
+        raise ConfigError(f"cannot write to state directory {state_dir}")

@@ -34,7 +34,7 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     save_specs(tmp_path, SPECS)
     unserialisable = SPECS[0].model_copy(update={"engine": {"bad": object()}})
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError):
         save_specs(tmp_path, [unserialisable])
     assert load_specs(tmp_path) == SPECS
     assert [p.name for p in tmp_path.iterdir()] == ["registry.json"]

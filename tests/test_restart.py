@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import ray
 
 from tests.support.admin import MINILM_PATH, SMOLLM, raygate, settled_ready, wait_deployment
-from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.gateway import RAYGATE, start_gateway
 
 NAMESPACE = "raygate-restart-test"
 ADMIN_KEY = "admin-s3cret"
@@ -112,3 +113,15 @@ def test_registry_survives_gateway_and_controller_restarts(restart_env: tuple[li
         client.close()
     finally:
         assert gw.stop() == 0, gw.log()[-3000:]
+
+
+def test_unreadable_registry_stops_the_start_with_the_reason(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "registry.json").write_text("{ half a registry")
+    r = subprocess.run(
+        [str(RAYGATE), "serve", "--state-dir", str(state_dir), "--port", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert r.returncode == 2
+    assert f"cannot read registry {state_dir / 'registry.json'}" in r.stderr and "delete it" in r.stderr

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import openai
@@ -71,7 +71,7 @@ def settled_ready(n: int) -> Callable[[dict[str, Any]], bool]:
 def raygate(*args: str, url: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Run a `raygate` client command the way an operator would."""
     return subprocess.run(
-        [str(RAYGATE), *args, "--url", url], capture_output=True, text=True, timeout=timeout, env=env
+        [str(RAYGATE), *args, "--url", url], capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
 
 
@@ -88,7 +88,7 @@ class Streamer:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def __enter__(self) -> Streamer:
+    def __enter__(self) -> Self:
         for i in range(self.workers):
             thread = threading.Thread(target=self._loop, args=(i,), daemon=True)
             thread.start()
@@ -149,7 +149,7 @@ class OneStream:
     first_token: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def __enter__(self) -> OneStream:
+    def __enter__(self) -> Self:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self

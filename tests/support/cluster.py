@@ -108,9 +108,9 @@ class LocalCluster:
         """`ray.nodes()` as a separate driver sees it (this test process is already attached to the
         session's own Ray, and a process attaches to one cluster only)."""
         code = (
-            "import json, ray; ray.init(address=%r, log_to_driver=False); "
+            f"import json, ray; ray.init(address={self.address!r}, log_to_driver=False); "
             "print(json.dumps([{'id': n['NodeID'], 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]))"
-        ) % self.address
+        )
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
             env={**os.environ, "RAY_AUTH_MODE": "disabled"},
