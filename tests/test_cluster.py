@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -55,8 +56,13 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
         seed = root / "seed.yaml"
         seed.write_text(SEED)
         args = ["--config", str(seed), "--ray-address", cluster.address]
-        gateways.append(start_gateway(args, root / "gw1.log"))
-        gateways.append(start_gateway(args, root / "gw2.log"))
+        # Both at once: whichever reaches Ray first creates the controller, the other attaches.
+        with ThreadPoolExecutor(2) as pool:
+            starting = [pool.submit(start_gateway, args, root / f"gw{i}.log") for i in (1, 2)]
+        gateways.extend(f.result() for f in starting if f.exception() is None)
+        for future in starting:
+            if (exc := future.exception()) is not None:
+                raise exc
         yield TwoNodes(cluster, *gateways)
     finally:
         for gw in gateways:

@@ -35,7 +35,7 @@ class RayNode:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
 
-    def stop(self, timeout: float = 8) -> None:
+    def stop(self, timeout: float = 3) -> None:
         self.signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout)
