@@ -48,12 +48,6 @@ class DeploymentStatus(ResponseModel):
     spec: ModelConfig
     replicas: list[ReplicaStatus]
 
-    @property
-    def settled(self) -> bool:
-        """Nothing left in motion: what a client waiting on a deploy/scale/update polls for."""
-        moving = any(r.state in ("loading", "draining") for r in self.replicas)
-        return not moving and not self.updating
-
 
 class DeploymentList(ResponseModel):
     object: Literal["list"] = "list"

@@ -149,6 +149,8 @@ def test_update_rolls_to_a_new_spec_and_a_broken_one_keeps_the_old(
     new_engine = {"n_ctx": 256, "n_batch": 256, "n_ubatch": 256}
     r = httpx.put(f"{url}/admin/deployments/{name}", json=embed_spec(name, aliases=["lc-upd"], engine=new_engine))
     assert r.status_code == 202 and r.json()["updating"] is True
+    busy = httpx.patch(f"{url}/admin/deployments/{name}", json={"replicas": 2})
+    assert assert_error(busy, 409, "being updated")["code"] == "conflict"
     status = wait_deployment(url, name, settled_ready(1))
     assert status["spec"]["engine"]["n_ctx"] == 256
     assert status["replicas"][0]["id"] != first["replicas"][0]["id"]
