@@ -31,13 +31,18 @@ def test_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "nested").iterdir()] == ["registry.json"]  # no temp file left
 
 
-def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
+def test_a_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     save_specs(tmp_path, SPECS)
-    unserialisable = SPECS[0].model_copy(update={"engine": {"bad": object()}})
-    with pytest.raises(TypeError):
-        save_specs(tmp_path, [unserialisable])
+
+    def disk_full(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("backends.state_store.os.replace", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        save_specs(tmp_path, SPECS[:1])
+    monkeypatch.undo()
     assert load_specs(tmp_path) == SPECS
-    assert [p.name for p in tmp_path.iterdir()] == ["registry.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["registry.json"]  # the temporary file is gone
 
 
 @pytest.mark.parametrize(
