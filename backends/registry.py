@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -31,6 +32,7 @@ class ModelRegistry:
         self._routers: dict[str, ModelRouter] = {}
         self._by_id: dict[str, ModelRouter] = {}
         self.created = int(time.time())
+        self._generation = 0
 
     async def start(self) -> None:
         """Start every replica of every model at once; any failure stops the gateway's start."""
@@ -40,15 +42,17 @@ class ModelRegistry:
             for model_id in router.config.ids:
                 self._by_id[model_id] = router
 
+    def _new_actor(self, config: ModelConfig, name: str) -> Any:
+        return ray.remote(ModelWorker).options(
+            name=name,
+            num_cpus=config.num_cpus,
+            num_gpus=config.num_gpus,
+            resources=config.resources or None,
+        ).remote(config)
+
     async def _start_model(self, config: ModelConfig) -> ModelRouter:
-        actor_cls = ray.remote(ModelWorker)
         actors = [
-            actor_cls.options(
-                name=f"raygate:{config.name}:{i}:{id(self):x}",
-                num_cpus=config.num_cpus,
-                num_gpus=config.num_gpus,
-                resources=config.resources or None,
-            ).remote(config)
+            self._new_actor(config, f"raygate:{config.name}:{i}:{id(self):x}")
             for i in range(config.replicas)
         ]
         t0 = time.monotonic()
@@ -66,7 +70,19 @@ class ModelRegistry:
         log.info(
             "model %s ready: %d replica(s) in %.1fs", config.name, len(replicas), time.monotonic() - t0
         )
-        return ModelRouter(config, replicas)
+        return ModelRouter(config, replicas, start_replica=self.start_replica)
+
+    async def start_replica(self, config: ModelConfig, index: int) -> Replica:
+        """A fresh actor for replica slot `index`, replacing one that died (a new name: Ray frees a
+        dead actor's name only once its death is recorded)."""
+        self._generation += 1
+        actor = self._new_actor(config, f"raygate:{config.name}:{index}:{id(self):x}:{self._generation}")
+        try:
+            info = await actor.start.remote()
+        except BaseException:
+            ray.kill(actor)
+            raise
+        return Replica(actor=actor, index=index, node_id=info["node_id"], context_length=info["context_length"])
 
     def get(self, model_id: str) -> ModelRouter:
         router = self._by_id.get(model_id)
@@ -82,6 +98,7 @@ class ModelRegistry:
 
     async def shutdown(self) -> None:
         for router in self._routers.values():
+            router.cancel_replacements()
             for replica in router.replicas:
                 ray.kill(replica.actor)
         self._routers.clear()
