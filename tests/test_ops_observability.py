@@ -120,3 +120,15 @@ def test_sse_keepalive_is_a_comment(ops_gateway: GatewayProcess, admin: httpx.Cl
             ch.choices[0].text for ch in c.completions.create(model="synth-kill", prompt="x", max_tokens=30, stream=True)
         )
     assert text == " tok" * 30
+
+
+def test_grafana_dashboard_uses_exported_metrics(gateway: GatewayProcess) -> None:
+    from tests.support.gateway import REPO
+
+    dashboard = json.loads((REPO / "grafana" / "raygate-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"raygate:[a-z_]+", e)}
+    exported = set(re.findall(r"^# TYPE (raygate:[a-z_]+) ", scrape(gateway.url), re.MULTILINE))
+    assert used and used <= exported, used - exported
+    # Every exported metric is on the dashboard.
+    assert exported <= used, exported - used
