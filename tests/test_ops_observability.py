@@ -127,8 +127,8 @@ def test_grafana_dashboard_uses_exported_metrics(gateway: GatewayProcess) -> Non
 
     dashboard = json.loads((REPO / "grafana" / "raygate-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"raygate:[a-z_]+", e)}
-    exported = set(re.findall(r"^# TYPE (raygate:[a-z_]+) ", scrape(gateway.url), re.MULTILINE))
+    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"raygate:[a-z0-9_]+", e)}
+    exported = set(re.findall(r"^# TYPE (raygate:[a-z0-9_]+) ", scrape(gateway.url), re.MULTILINE))
     assert used and used <= exported, used - exported
     # Every exported metric is on the dashboard.
     assert exported <= used, exported - used
