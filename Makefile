@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup serve test lint
+.PHONY: setup serve test lint soak fuzz
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,12 @@ test: setup
 
 lint: setup
 	$(BIN)/lint-imports
+
+# Operations checks beyond `make test` (README: Operations). The soak sends 2,000 mixed requests at
+# c=16 through a gateway with the synthetic model and prints its summary line; the fuzz sends 200
+# schemathesis cases per operation and mode.
+soak: setup
+	RAYGATE_SOAK_REQUESTS=2000 $(BIN)/python -m pytest tests/test_ops_soak.py -s --timeout 1200
+
+fuzz: setup
+	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/test_ops_fuzz.py -s --timeout 1800

@@ -123,7 +123,7 @@ class Deployment:
             for r in self.replicas
             if r.state == "ready"
         ]
-        return DeploymentRoute(self.spec, self.state, self.error, ready)
+        return DeploymentRoute(self.spec, self.state, self.error, ready, self.restarts)
 
     # ---- operations ----------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class EngineStats:
     requests_total: int = 0
     aborted_total: int = 0
     tokens_generated_total: int = 0
+    # Engine request ids in flight: the gateway prefixes them with the HTTP X-Request-Id.
+    running_ids: tuple[str, ...] = ()
 
 
 class Engine(abc.ABC):

@@ -76,7 +76,9 @@ class LlamaCppEngine(Engine):
         return int(self._llm.n_ctx())
 
     def stats(self) -> EngineStats:
-        return EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
+        snapshot = EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
+        snapshot.running_ids = tuple(self._cancel_flags)
+        return snapshot
 
     async def check_health(self) -> None:
         if self._llm is None:

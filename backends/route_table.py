@@ -27,6 +27,7 @@ class DeploymentRoute:
     state: DeploymentState
     error: str | None
     replicas: list[ReplicaRoute] = field(default_factory=list)
+    restarts: int = 0  # dead replicas replaced since the last deploy/scale/update
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ class ModelRouter:
         self.replicas = replicas
         self.state: DeploymentState = "ready" if replicas else "loading"
         self.error: str | None = None
+        self.restarts = 0
         self._tiebreak = itertools.count()
 
     def update(self, route: DeploymentRoute) -> None:
@@ -79,6 +80,7 @@ class ModelRouter:
             replica.node_id, replica.context_length = r.node_id, r.context_length
             replicas.append(replica)
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
+        self.restarts = route.restarts
 
     def _pick(self, tried: set[str]) -> Replica:
         replicas = [r for r in self.replicas if r.id not in tried]

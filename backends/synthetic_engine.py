@@ -44,6 +44,7 @@ class SyntheticEngine(Engine):
         self._dims = int(engine_kwargs.get("embedding_dims", 8))
         self._stats = EngineStats()
         self._aborts: set[str] = set()
+        self._running_ids: set[str] = set()
 
     async def start(self) -> None:
         return None
@@ -53,7 +54,9 @@ class SyntheticEngine(Engine):
         return self._context
 
     def stats(self) -> EngineStats:
-        return EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
+        snapshot = EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
+        snapshot.running_ids = tuple(self._running_ids)
+        return snapshot
 
     async def check_health(self) -> None:
         return None
@@ -84,6 +87,7 @@ class SyntheticEngine(Engine):
             )
         self._stats.requests_total += 1
         self._stats.running += 1
+        self._running_ids.add(request.request_id)
         finished = False
         try:
             if self._ttft:
@@ -100,6 +104,7 @@ class SyntheticEngine(Engine):
             finished = True
         finally:
             self._stats.running -= 1
+            self._running_ids.discard(request.request_id)
             self._aborts.discard(request.request_id)
             if not finished:
                 self._stats.aborted_total += 1

@@ -33,6 +33,28 @@ class ModelSource(StrictModel):
         return self
 
 
+class ModelLimits(StrictModel):
+    """Admission and time limits for one model; `None` means unbounded (or: use the gateway default).
+
+    A request is *running* once it has been handed to the model's replicas and *waiting* while it
+    queues in the gateway for a running slot. Past `max_running + max_waiting` the gateway answers
+    429 with `Retry-After` before anything reaches the engine.
+    """
+
+    max_running: int | None = Field(
+        None, ge=1, description="Requests handed to the replicas at once (all replicas together)."
+    )
+    max_waiting: int | None = Field(
+        None, ge=0, description="Requests that may queue in the gateway once `max_running` is reached."
+    )
+    ttft_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds from arrival to the first token (default: the gateway's)."
+    )
+    request_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds from arrival to the end of the response (default: the gateway's)."
+    )
+
+
 class ModelConfig(StrictModel):
     name: str = Field(min_length=1, description="The id clients send as `model`.")
     aliases: list[str] = Field(default_factory=list, description="Other ids that reach this model.")
@@ -55,6 +77,9 @@ class ModelConfig(StrictModel):
         le=1000,
         description="Dead replicas replaced automatically (since the last deploy, scale or update) "
         "before the deployment is reported `failed`.",
+    )
+    limits: ModelLimits = Field(
+        default_factory=ModelLimits, description="Admission bounds and timeouts for this model."
     )
 
     @model_validator(mode="after")

@@ -4,20 +4,24 @@
     ├── BadRequestError (400, invalid_request_error)
     │   ├── ContextLengthExceededError (code context_length_exceeded)
     │   └── UnsupportedParameterError (code unsupported_parameter)
-    ├── AuthenticationError (401, invalid_request_error, code invalid_api_key)
-    ├── ModelNotFoundError (404, invalid_request_error, code model_not_found)
     ├── ConflictError (409, invalid_request_error, code conflict)
+    ├── ModelNotFoundError (404, invalid_request_error, code model_not_found)
     ├── ServiceUnavailableError (503, service_unavailable)
     │   └── ModelLoadingError (code model_loading, with Retry-After)
-    └── EngineError (500, server_error): the engine failed while serving a valid request
+    ├── EngineError (500, server_error): the engine failed while serving a valid request
+    ├── AuthenticationError (401, invalid_request_error, code invalid_api_key)
+    ├── PermissionDeniedError (403, permission_error, code model_not_allowed)
+    ├── PayloadTooLargeError (413, invalid_request_error, code payload_too_large)
+    ├── RateLimitError (429, requests, code rate_limit_exceeded / queue_full): carries Retry-After
+    └── GatewayTimeoutError (504, timeout_error, code ttft_timeout / request_timeout)
 
-An error with `retry_after` set (seconds) is answered with a `Retry-After` header.
 Exceptions cross the Ray hop by pickling, so each class keeps its constructor arguments in
 `__reduce__`; the server turns any of them into a response with `to_body()` in one place.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -25,7 +29,7 @@ class OpenAIError(Exception):
     status_code: int = 500
     error_type: str = "server_error"
     default_code: str | None = None
-    retry_after: float | None = None
+    retry_after: float | None = None  # seconds; answered with a `Retry-After` header
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -35,6 +39,12 @@ class OpenAIError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.message, self.param, self.code))
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the response must carry (e.g. `Retry-After`)."""
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
     def to_body(self) -> dict[str, Any]:
         return {
@@ -89,12 +99,6 @@ class ModelNotFoundError(OpenAIError):
         )
 
 
-class AuthenticationError(OpenAIError):
-    status_code = 401
-    error_type = "invalid_request_error"
-    default_code = "invalid_api_key"
-
-
 class ConflictError(OpenAIError):
     """The request is valid but clashes with an operation already running on the same target."""
 
@@ -119,3 +123,48 @@ class EngineError(OpenAIError):
     status_code = 500
     error_type = "server_error"
     default_code = "engine_error"
+
+
+class AuthenticationError(OpenAIError):
+    """No key, or a key the gateway does not know. OpenAI's own body for a bad key."""
+
+    status_code = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class PermissionDeniedError(OpenAIError):
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "model_not_allowed"
+
+
+class PayloadTooLargeError(OpenAIError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
+class RateLimitError(OpenAIError):
+    """Too many requests for a key, or a model's queue is full. `retry_after` is whole seconds."""
+
+    status_code = 429
+    error_type = "requests"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, retry_after: int = 1
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.retry_after = max(1, retry_after)
+
+
+class GatewayTimeoutError(OpenAIError):
+    """The model did not produce its first token, or finish, within the configured time."""
+
+    status_code = 504
+    error_type = "timeout_error"
+    default_code = "request_timeout"

@@ -9,13 +9,19 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from backends import ray_cluster
 from backends.controller import connect_controller
 from backends.registry import ModelRegistry
+from server.admission import Admission, ModelGate
+from server.auth import KeyStore
 from server.errors import install_error_handlers
+from server.lifecycle import Lifecycle
+from server.metrics import GatewayMetrics
+from server.middleware import GatewayMiddleware
 from server.requests import UnknownFieldLog
-from server.routes import admin, chat, completions, embeddings, models
+from server.routes import admin, chat, completions, embeddings, models, ops
 from server.settings import Settings, load_config, seed_specs
 
 log = logging.getLogger(__name__)
@@ -27,9 +33,15 @@ STARTUP_SETTLE_SECONDS = 3600.0
 def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
+    keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)
+    metrics = GatewayMetrics()
+    lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
         return connect_controller(settings.state_dir, seed)
+
+    def gate_changed(gate: ModelGate) -> None:
+        metrics.set_queue(gate.name, gate.running, gate.waiting)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -42,6 +54,9 @@ def build_app(settings: Settings) -> FastAPI:
                 if status.state != "ready":
                     log.error("model %s is %s: %s", status.name, status.state, status.error)
             app.state.registry = registry
+            for router in registry.routers():  # gauges read 0, not "absent", before any traffic
+                admission.gate(router.config.name, router.config.limits)
+                metrics.set_queue(router.config.name, 0, 0)
             log.info("serving %s", ", ".join(registry.model_ids()) or "no model yet")
             yield
         finally:
@@ -53,11 +68,31 @@ def build_app(settings: Settings) -> FastAPI:
         summary="OpenAI-compatible gateway serving LLMs on Ray.",
         lifespan=lifespan,
     )
+    admission = Admission(on_change=gate_changed)
     app.state.settings = settings
     app.state.unknown_fields = UnknownFieldLog()
+    app.state.keys = keys
+    app.state.metrics = metrics
+    app.state.lifecycle = lifecycle
+    app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, admin):
+    for module in (chat, completions, embeddings, models, admin, ops):
         app.include_router(module.router)
+    app.add_middleware(
+        GatewayMiddleware,
+        keys=keys,
+        metrics=metrics,
+        lifecycle=lifecycle,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=list(settings.cors_methods),
+            allow_headers=list(settings.cors_headers),
+            expose_headers=["X-Request-Id", "Retry-After"],
+        )
     return app
 
 

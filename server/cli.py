@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
 from server.client_cli import add_client_commands, run_client
-from server.settings import DEFAULT_CONFIG, ConfigError, Settings
+from server.settings import (
+    DEFAULT_CONFIG,
+    DEFAULT_CORS_HEADERS,
+    DEFAULT_CORS_METHODS,
+    ConfigError,
+    Settings,
+)
+
+
+def _env_list(name: str) -> list[str]:
+    return [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else default
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,13 +92,96 @@ def _parser() -> argparse.ArgumentParser:
         help="log level (env RAYGATE_LOG_LEVEL; default: %(default)s)",
     )
     add_client_commands(sub)
+    _add_operations_options(serve)
     return parser
+
+
+def _add_operations_options(serve: argparse.ArgumentParser) -> None:
+    ops = serve.add_argument_group("operations", "access, limits, timeouts and shutdown (README: Operations)")
+    ops.add_argument(
+        "--log-format",
+        default=os.environ.get("RAYGATE_LOG_FORMAT", "text"),
+        choices=["text", "json"],
+        help="text, or one JSON object per line; both carry the request id (env RAYGATE_LOG_FORMAT)",
+    )
+    ops.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        help="require `Authorization: Bearer KEY` on /v1/*; repeat for several keys. Prefer the env "
+        "RAYGATE_API_KEYS (comma-separated) or --api-keys-file: a command line is visible in `ps`",
+    )
+    ops.add_argument(
+        "--api-keys-file",
+        type=Path,
+        default=Path(os.environ["RAYGATE_API_KEYS_FILE"]) if os.environ.get("RAYGATE_API_KEYS_FILE") else None,
+        help="YAML file of keys with optional per-key models and requests_per_minute "
+        "(env RAYGATE_API_KEYS_FILE)",
+    )
+    ops.add_argument(
+        "--cors-origin",
+        action="append",
+        default=None,
+        help="allow browser calls from this origin; repeat, or `*` (env RAYGATE_CORS_ORIGINS, "
+        "comma-separated; default: CORS off)",
+    )
+    ops.add_argument(
+        "--cors-method",
+        action="append",
+        default=None,
+        help="CORS allowed method; repeat (env RAYGATE_CORS_METHODS; default: GET, POST, OPTIONS)",
+    )
+    ops.add_argument(
+        "--cors-header",
+        action="append",
+        default=None,
+        help="CORS allowed request header; repeat (env RAYGATE_CORS_HEADERS; default: Authorization, "
+        "Content-Type, X-Request-Id)",
+    )
+    ops.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(os.environ.get("RAYGATE_MAX_BODY_BYTES", str(8 * 1024 * 1024))),
+        help="larger request bodies get 413 (env RAYGATE_MAX_BODY_BYTES; default: %(default)s)",
+    )
+    ops.add_argument(
+        "--ttft-timeout",
+        type=float,
+        default=_env_float("RAYGATE_TTFT_TIMEOUT", None),
+        help="seconds from arrival to the first token, queueing included; on expiry the engine request "
+        "is aborted and the client gets 504 (env RAYGATE_TTFT_TIMEOUT; default: none; a model's "
+        "limits.ttft_timeout_s overrides it)",
+    )
+    ops.add_argument(
+        "--request-timeout",
+        type=float,
+        default=_env_float("RAYGATE_REQUEST_TIMEOUT", None),
+        help="seconds from arrival to the end of a response; on expiry the engine request is aborted "
+        "and the client gets 504, or an error event + [DONE] mid-stream (env RAYGATE_REQUEST_TIMEOUT; "
+        "default: none; a model's limits.request_timeout_s overrides it)",
+    )
+    ops.add_argument(
+        "--sse-ping-seconds",
+        type=float,
+        default=_env_float("RAYGATE_SSE_PING_SECONDS", 15.0),
+        help="send an SSE `: ping` comment every this many seconds while a stream is open; 0 disables "
+        "(env RAYGATE_SSE_PING_SECONDS; default: %(default)s)",
+    )
+    ops.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=_env_float("RAYGATE_DRAIN_TIMEOUT", 30.0),
+        help="on SIGTERM, seconds in-flight requests get to finish before they are ended with an "
+        "error (env RAYGATE_DRAIN_TIMEOUT; default: %(default)s)",
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import build_app
+    from server.lifecycle import STOP_GRACE_S, DrainingServer
+    from server.logs import configure_logging
 
     settings = Settings(
         host=args.host,
@@ -96,18 +193,39 @@ def _serve(args: argparse.Namespace) -> int:
         state_dir=args.state_dir.resolve() if args.state_dir else None,
         ray_namespace=args.ray_namespace,
         admin_key=args.admin_key,
+        log_format=args.log_format,
+        api_keys=tuple(args.api_key or _env_list("RAYGATE_API_KEYS")),
+        api_keys_file=args.api_keys_file,
+        cors_origins=tuple(args.cors_origin or _env_list("RAYGATE_CORS_ORIGINS")),
+        cors_methods=tuple(args.cors_method or _env_list("RAYGATE_CORS_METHODS") or DEFAULT_CORS_METHODS),
+        cors_headers=tuple(args.cors_header or _env_list("RAYGATE_CORS_HEADERS") or DEFAULT_CORS_HEADERS),
+        max_body_bytes=args.max_body_bytes,
+        ttft_timeout_s=args.ttft_timeout,
+        request_timeout_s=args.request_timeout,
+        sse_ping_s=args.sse_ping_seconds,
+        drain_timeout_s=args.drain_timeout,
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     try:
         app = build_app(settings)
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
-    # uvicorn drains and shuts down on SIGTERM/SIGINT, then re-raises the signal against the
-    # handlers it found: make that a clean exit, since the shutdown has already completed.
+    # uvicorn shuts down on SIGTERM/SIGINT (after our drain, server/lifecycle.py), then re-raises
+    # the signal against the handlers it found: make that a clean exit, since the shutdown has
+    # already completed.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_after_shutdown)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,  # uvicorn's records go through our handler (request id, JSON)
+        access_log=False,  # server/middleware.py writes the access log, with the request id
+        timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
+    )
+    DrainingServer(config, app.state.lifecycle).run()
     return 0
 
 

@@ -7,7 +7,6 @@ Validation messages are bounded (a few errors, no echoed input): another server 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from protocol.errors import BadRequestError, OpenAIError
+from protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +25,9 @@ _HTTP_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_f
 
 
 def error_response(exc: OpenAIError, headers: dict[str, str] | None = None) -> JSONResponse:
-    if exc.retry_after is not None:
-        headers = {**(headers or {}), "Retry-After": str(max(1, math.ceil(exc.retry_after)))}
-    return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
+    return JSONResponse(
+        exc.to_body(), status_code=exc.status_code, headers={**exc.headers(), **(headers or {})} or None
+    )
 
 
 def validation_error(errors: list[Any]) -> BadRequestError:
@@ -65,6 +64,8 @@ async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _on_http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 413:  # a streamed body that grew past the limit (server/middleware.py)
+        return error_response(PayloadTooLargeError(str(exc.detail)))
     err = OpenAIError(str(exc.detail))
     err.status_code = exc.status_code
     err.error_type = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from backends.registry import ModelRegistry
-from backends.router import ModelRouter
 from protocol.base import RequestModel
 from protocol.config import Task
 from protocol.errors import BadRequestError, UnsupportedParameterError
 from protocol.generation import Delta
+from server.auth import check_model_access
+from server.context import request_context
+from server.guard import ModelHandle, open_model
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +41,12 @@ class UnknownFieldLog:
                 log.warning("ignoring unknown field %r on %s", name, endpoint)
 
 
-def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task) -> ModelRouter:
+def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task) -> ModelHandle:
+    """The model the body names, checked against the API key, and admitted (or refused with 429)."""
     registry: ModelRegistry = request.app.state.registry
     request.app.state.unknown_fields.note(endpoint, body)
     router = registry.get(str(getattr(body, "model")))
+    check_model_access(request_context(request).key, router.config.ids)
     if router.config.task != task:
         raise BadRequestError(
             f"Model `{router.config.name}` serves {_TASK_ENDPOINTS[router.config.task]}, "
@@ -55,7 +59,7 @@ def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Tas
             f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",
             param=unsupported[0],
         )
-    return router
+    return open_model(request, router)
 
 
 def sample_seed(seed: int | None, sample: int) -> int | None:

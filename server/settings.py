@@ -1,5 +1,6 @@
-"""Process settings for `raygate serve`: where to listen, which models, which Ray cluster, where
-the registry is persisted."""
+"""Process settings for `raygate serve`: where to listen, which models, which Ray cluster, and how
+the gateway is operated (keys, limits, timeouts, shutdown), and where the registry is persisted. Every field has a CLI flag and an
+environment variable (server/cli.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from protocol.config import GatewayConfig, ModelConfig
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.yaml"
 
 
+DEFAULT_CORS_METHODS = ("GET", "POST", "OPTIONS")
+DEFAULT_CORS_HEADERS = ("Authorization", "Content-Type", "X-Request-Id")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -29,6 +34,20 @@ class Settings:
     state_dir: Path | None = None
     ray_namespace: str = "raygate"
     admin_key: str | None = None
+    log_format: str = "text"  # or "json": one object per line, with the request id
+    # Access: bearer keys (none = open), a YAML keys file, CORS.
+    api_keys: tuple[str, ...] = ()
+    api_keys_file: Path | None = None
+    cors_origins: tuple[str, ...] = ()
+    cors_methods: tuple[str, ...] = DEFAULT_CORS_METHODS
+    cors_headers: tuple[str, ...] = DEFAULT_CORS_HEADERS
+    # Limits and timeouts (a model's `limits:` block overrides the timeouts).
+    max_body_bytes: int = 8 * 1024 * 1024
+    ttft_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    sse_ping_s: float = 15.0
+    # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
+    drain_timeout_s: float = 30.0
 
 
 class ConfigError(ValueError):

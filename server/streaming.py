@@ -3,7 +3,8 @@
 The first payload is produced *before* the response starts, so a failure before the first token
 (unknown prompt format, context too long, no replica) still gets a real HTTP status. After the
 headers are out, an error travels in-band as `data: {"error": ...}`, and `data: [DONE]` always
-ends the stream. Keep-alive pings are SSE comments, which the openai SDK ignores.
+ends the stream. Keep-alive pings are SSE comments (`: ping`, every `--sse-ping-seconds` of
+silence), which the openai SDK ignores; an empty `data:` event would break it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
-from sse_starlette import EventSourceResponse
+from fastapi import Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from protocol.errors import EngineError, OpenAIError
 
@@ -21,7 +23,11 @@ log = logging.getLogger(__name__)
 PING_SECONDS = 15
 
 
-async def sse_response(payloads: AsyncIterator[str]) -> EventSourceResponse:
+def _ping() -> ServerSentEvent:
+    return ServerSentEvent(comment="ping", sep="\n")
+
+
+async def sse_response(payloads: AsyncIterator[str], request: Request | None = None) -> EventSourceResponse:
     """`payloads` yields JSON strings; raising before its first item raises here (-> HTTP error)."""
     first: str | None
     try:
@@ -42,4 +48,5 @@ async def sse_response(payloads: AsyncIterator[str]) -> EventSourceResponse:
             yield {"data": json.dumps(EngineError(f"Stream failed: {exc}").to_body())}
         yield {"data": "[DONE]"}
 
-    return EventSourceResponse(events(), sep="\n", ping=PING_SECONDS)
+    ping = PING_SECONDS if request is None else request.app.state.settings.sse_ping_s
+    return EventSourceResponse(events(), sep="\n", ping=ping, ping_message_factory=_ping)

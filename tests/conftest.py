@@ -13,6 +13,9 @@ import ray
 
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 
+# The operations tests' own gateway (keys, limits, fault-injection models).
+pytest_plugins = ["tests.support.ops"]
+
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
 DEFAULT_CONFIG = REPO / "models" / "default.yaml"

@@ -40,7 +40,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         )
     deltas = merge(sequences)
     if body.stream:
-        return await sse_response(_chunks(body, completion_id, created, deltas))
+        return await sse_response(_chunks(body, completion_id, created, deltas), request)
     tally = Tally()
     async for index, delta in deltas:
         tally.add(index, delta)

@@ -36,7 +36,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     echoes = [p if body.echo and isinstance(p, str) else "" for p in prompts]
     deltas = merge(sequences)
     if body.stream:
-        return await sse_response(_chunks(body, completion_id, created, echoes, deltas))
+        return await sse_response(_chunks(body, completion_id, created, echoes, deltas), request)
     tally = Tally()
     async for index, delta in deltas:
         tally.add(index, delta)

@@ -6,6 +6,8 @@ from fastapi import APIRouter, Request
 
 from backends.registry import ModelRegistry
 from protocol.models import ModelCard, ModelList
+from server.auth import check_model_access
+from server.context import request_context
 
 router = APIRouter()
 
@@ -18,13 +20,16 @@ def _registry(request: Request) -> ModelRegistry:
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
     registry = _registry(request)
-    return ModelList(data=[ModelCard(id=i, created=registry.created) for i in registry.model_ids()])
+    key = request_context(request).key
+    ids = [i for i in registry.model_ids() if key is None or key.allows(registry.get(i).config.ids)]
+    return ModelList(data=[ModelCard(id=i, created=registry.created) for i in ids])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     registry = _registry(request)
-    registry.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
+    router = registry.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
+    check_model_access(request_context(request).key, router.config.ids)
     return ModelCard(id=model_id, created=registry.created)
 
 

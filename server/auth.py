@@ -1,0 +1,158 @@
+"""API keys: who may call `/v1/*`, which models each key reaches, and how fast.
+
+Keys come from `--api-key` (all models, no rate limit) and a YAML keys file:
+
+    keys:
+      - name: team-a                 # shown in logs and metrics instead of the key
+        key: sk-team-a-...
+        models: [smollm2]            # model names or aliases; omitted = every model
+        requests_per_minute: 60      # omitted = unlimited
+
+Only SHA-256 digests of the keys are kept, and a presented key is compared against *every* digest
+with `hmac.compare_digest` (no early exit), so the time a check takes says nothing about how much
+of a key was right. Keys never reach a log line: records name the key, or its digest's prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from protocol.base import StrictModel
+from protocol.errors import AuthenticationError, PermissionDeniedError, RateLimitError
+from server.settings import ConfigError
+
+
+class KeyEntry(StrictModel):
+    name: str | None = Field(None, description="Label for logs and metrics (default: digest prefix).")
+    key: str = Field(min_length=8, description="The bearer token clients send.")
+    models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
+    requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
+
+
+class KeysFile(StrictModel):
+    keys: list[KeyEntry] = Field(min_length=1)
+
+
+@dataclass
+class TokenBucket:
+    """`rate` requests per second on average, bursts up to `capacity`."""
+
+    rate: float
+    capacity: float
+    tokens: float
+    stamp: float = field(default_factory=time.monotonic)
+
+    def take(self) -> float:
+        """Take one token; 0.0 if granted, else the seconds until one is available."""
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+@dataclass(eq=False)
+class ApiKey:
+    name: str
+    digest: bytes
+    models: frozenset[str] | None
+    bucket: TokenBucket | None
+
+    def allows(self, model_ids: list[str]) -> bool:
+        return self.models is None or any(m in self.models for m in model_ids)
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+
+
+def _entry_to_key(entry: KeyEntry) -> ApiKey:
+    digest = _digest(entry.key)
+    rpm = entry.requests_per_minute
+    return ApiKey(
+        name=entry.name or f"key#{digest.hex()[:8]}",
+        digest=digest,
+        models=None if entry.models is None else frozenset(entry.models),
+        bucket=None if rpm is None else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm)),
+    )
+
+
+def load_keys_file(path: Path) -> list[KeyEntry]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read keys file {path}: {exc}") from exc
+    try:
+        return KeysFile.model_validate(raw).keys
+    except ValidationError as exc:
+        # pydantic echoes the input; a key must not end up on a terminal or in a log.
+        fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+        raise ConfigError(f"invalid keys file {path}: check {', '.join(fields)}") from None
+
+
+class KeyStore:
+    """The configured keys. Empty means the gateway is open (no `Authorization` needed)."""
+
+    def __init__(self, entries: list[KeyEntry]) -> None:
+        self._keys = [_entry_to_key(e) for e in entries]
+        if len({k.digest for k in self._keys}) != len(self._keys):
+            raise ConfigError("the same API key is configured twice")
+
+    @classmethod
+    def from_settings(cls, keys: tuple[str, ...], keys_file: Path | None) -> KeyStore:
+        entries = [KeyEntry(key=k, name=None, models=None, requests_per_minute=None) for k in keys if k]
+        if keys_file is not None:
+            entries += load_keys_file(keys_file)
+        return cls(entries)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    def _lookup(self, presented: str) -> ApiKey | None:
+        digest = _digest(presented)
+        found: ApiKey | None = None
+        for key in self._keys:  # no early exit: the scan costs the same for every key
+            if hmac.compare_digest(key.digest, digest):
+                found = key
+        return found
+
+    def authenticate(self, authorization: list[str]) -> ApiKey:
+        """Check the `Authorization` header values of a request; raise 401 or 429."""
+        if len(authorization) != 1:
+            raise AuthenticationError(
+                "You didn't provide an API key. Send it as `Authorization: Bearer YOUR_KEY`."
+                if not authorization
+                else "Send exactly one Authorization header."
+            )
+        scheme, _, token = authorization[0].partition(" ")
+        if scheme.lower() != "bearer" or not token or token != token.strip() or " " in token:
+            raise AuthenticationError("Send the API key as `Authorization: Bearer YOUR_KEY`.")
+        key = self._lookup(token)
+        if key is None:
+            raise AuthenticationError("Incorrect API key provided.")
+        if key.bucket is not None:
+            wait = key.bucket.take()
+            if wait > 0:
+                raise RateLimitError(
+                    f"Rate limit reached for key `{key.name}`. Please retry after {math.ceil(wait)} s.",
+                    retry_after=math.ceil(wait),
+                )
+        return key
+
+
+def check_model_access(key: ApiKey | None, model_ids: list[str]) -> None:
+    if key is not None and not key.allows(model_ids):
+        raise PermissionDeniedError(
+            f"The API key `{key.name}` may not use the model `{model_ids[0]}`.", param="model"
+        )

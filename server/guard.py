@@ -1,0 +1,144 @@
+"""`ModelHandle`: what a route calls instead of the model's router.
+
+It adds what every engine call needs and no route should repeat: the admission wait, the engine
+request id prefixed with the HTTP request id, the time-to-first-token and total deadlines (on
+expiry the engine stream is cancelled, which aborts the engine request), the drain stop, and the
+per-model metrics (TTFT, time per output token, end-to-end latency, queue time, token counts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from backends.router import ModelRouter
+from protocol.config import ModelConfig
+from protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
+from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from server.admission import Admission, Ticket
+from server.context import RequestContext, request_context
+from server.metrics import GatewayMetrics
+from server.settings import Settings
+
+
+def _earliest(*deadlines: float | None) -> float | None:
+    present = [d for d in deadlines if d is not None]
+    return min(present) if present else None
+
+
+class ModelHandle:
+    def __init__(
+        self,
+        router: ModelRouter,
+        ctx: RequestContext,
+        ticket: Ticket,
+        metrics: GatewayMetrics,
+        settings: Settings,
+    ) -> None:
+        self.router = router
+        self.config: ModelConfig = router.config
+        self._ctx = ctx
+        self._ticket = ticket
+        self._metrics = metrics
+        self._labels = {"model_name": router.config.name}
+        limits = router.config.limits
+        ttft = limits.ttft_timeout_s or settings.ttft_timeout_s
+        total = limits.request_timeout_s or settings.request_timeout_s
+        self._ttft_s, self._total_s = ttft, total
+        self._ttft_deadline = None if ttft is None else ctx.started + ttft
+        self._total_deadline = None if total is None else ctx.started + total
+        self._queued_observed = False
+
+    def _ttft_expired(self) -> OpenAIError:
+        return GatewayTimeoutError(
+            f"Model `{self.config.name}` produced no token within {self._ttft_s:g} s.", code="ttft_timeout"
+        )
+
+    def _total_expired(self) -> OpenAIError:
+        return GatewayTimeoutError(
+            f"Model `{self.config.name}` did not finish within {self._total_s:g} s.", code="request_timeout"
+        )
+
+    async def _admitted(self) -> None:
+        """Wait for a running slot (no-op when one was free), under the first-token deadline."""
+        deadline = _earliest(self._ttft_deadline, self._total_deadline)
+        expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
+        queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
+        if not self._queued_observed:
+            self._queued_observed = True
+            self._metrics.queue_time.observe(self._labels, queued)
+
+    def _engine_id(self, request_id: str) -> str:
+        return f"{self._ctx.request_id}/{request_id}"
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        await self._admitted()
+        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
+        loop = asyncio.get_running_loop()
+        stream = self.router.generate(request)
+        first_at: float | None = None
+        last: Delta | None = None
+        try:
+            while True:
+                if first_at is None:
+                    deadline = _earliest(self._ttft_deadline, self._total_deadline)
+                    expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
+                else:
+                    deadline, expired = self._total_deadline, self._total_expired
+                try:
+                    delta = await self._ctx.bounded(anext(stream), deadline, expired)
+                except StopAsyncIteration:
+                    break
+                if first_at is None:
+                    first_at = loop.time()
+                    self._metrics.ttft.observe(self._labels, first_at - self._ctx.started)
+                last = delta
+                yield delta
+        finally:
+            close = getattr(stream, "aclose", None)  # an async generator: close it if we left early
+            if close is not None:
+                await close()
+            self._record(last, first_at, loop.time())
+
+    def _record(self, last: Delta | None, first_at: float | None, end: float) -> None:
+        if last is None:
+            return
+        self._metrics.prompt_tokens.add(self._labels, last.prompt_tokens)
+        self._metrics.generation_tokens.add(self._labels, last.completion_tokens)
+        if last.finish_reason is None:
+            return  # cut short (client gone, timeout, failure): no latency sample
+        self._metrics.success.inc({**self._labels, "finished_reason": last.finish_reason})
+        self._metrics.e2e.observe(self._labels, end - self._ctx.started)
+        if first_at is not None and last.completion_tokens > 1:
+            self._metrics.tpot.observe(self._labels, (end - first_at) / (last.completion_tokens - 1))
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        await self._admitted()
+        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
+        result = await self._ctx.bounded(
+            self.router.embed(request), self._total_deadline, self._total_expired
+        )
+        self._metrics.prompt_tokens.add(self._labels, result.prompt_tokens)
+        self._metrics.success.inc({**self._labels, "finished_reason": "stop"})
+        self._metrics.e2e.observe(self._labels, asyncio.get_running_loop().time() - self._ctx.started)
+        return result
+
+
+def open_model(request: Request, router: ModelRouter) -> ModelHandle:
+    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router."""
+    state = request.app.state
+    ctx = request_context(request)
+    ctx.model = router.config.name
+    admission: Admission = state.admission
+    metrics: GatewayMetrics = state.metrics
+    gate = admission.gate(router.config.name, router.config.limits)
+    try:
+        ticket = gate.enter()
+    except RateLimitError:
+        metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
+        raise
+    ctx.on_close(ticket.release)
+    return ModelHandle(router, ctx, ticket, metrics, state.settings)

@@ -1,0 +1,44 @@
+"""`GET /ready` and `GET /metrics`: what load balancers and Prometheus poll.
+
+`/health` (in models.py) says the process is up; `/ready` says it should get traffic: not
+draining, and every configured model has at least one replica whose actor answers.
+"""
+
+from __future__ import annotations
+
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from backends.registry import ModelRegistry
+from protocol.errors import ServiceUnavailableError
+from server.lifecycle import Lifecycle
+from server.metrics import GatewayMetrics
+
+router = APIRouter()
+
+
+@router.get("/ready")
+async def ready(request: Request) -> dict[str, object]:
+    lifecycle: Lifecycle = request.app.state.lifecycle
+    if lifecycle.draining:
+        raise ServiceUnavailableError("The gateway is shutting down.", code="draining")
+    registry: ModelRegistry = request.app.state.registry
+    routers = registry.routers()  # ready replicas only: the controller health-checks them
+    missing = [r.config.name for r in routers if not r.replicas]
+    if missing:
+        raise ServiceUnavailableError(
+            f"No ready replica for model(s): {', '.join(missing)}.", code="not_ready"
+        )
+    return {"status": "ready", "replicas": {r.config.name: len(r.replicas) for r in routers}}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    gateway_metrics: GatewayMetrics = request.app.state.metrics
+    registry: ModelRegistry = request.app.state.registry
+    gateway_metrics.observe_replicas(registry.routers())
+    lifecycle: Lifecycle = request.app.state.lifecycle
+    gateway_metrics.draining.set({}, int(lifecycle.draining))
+    content, headers = gateway_metrics.render(request.headers.getlist("accept"))
+    return Response(content=content, headers=headers)

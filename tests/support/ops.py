@@ -1,0 +1,86 @@
+"""The operations test gateway: keys, CORS, a small body limit, fast SSE pings, JSON logs, and the
+fault-injection models of tests/configs/ops.yaml. One per session, attached to the session's Ray;
+registered as a plugin from tests/conftest.py."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from tests.support.gateway import REPO, GatewayProcess, start_gateway
+
+OPS_CONFIG = REPO / "tests" / "configs" / "ops.yaml"
+KEYS_FILE = REPO / "tests" / "configs" / "ops-keys.yaml"
+ADMIN_KEY = "sk-test-admin-0123456789"
+SMOLLM_KEY = "sk-test-smollm-0123456789"  # may only use the `smollm2` model
+LIMITED_KEY = "sk-test-ratelimited-0123456789"  # 2 requests per minute
+ALL_KEYS = (ADMIN_KEY, SMOLLM_KEY, LIMITED_KEY)
+REAL_MODEL = "ops-smollm2"
+ALLOWED_ORIGIN = "http://allowed.example"
+MAX_BODY = 65536
+PING_S = 0.3
+
+
+@pytest.fixture(scope="session")
+def ops_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    log_path = tmp_path_factory.mktemp("ops-gateway") / "gateway.log"
+    gw = start_gateway(
+        [
+            "--config", str(OPS_CONFIG),
+            "--ray-address", ray_address,
+            "--api-keys-file", str(KEYS_FILE),
+            "--cors-origin", ALLOWED_ORIGIN,
+            "--max-body-bytes", str(MAX_BODY),
+            "--sse-ping-seconds", str(PING_S),
+            "--log-format", "json",
+        ],
+        log_path,
+    )
+    yield gw
+    code = gw.stop()
+    assert code == 0, f"ops gateway exited with {code}:\n{gw.log()[-4000:]}"
+
+
+@pytest.fixture
+def admin(ops_gateway: GatewayProcess) -> Iterator[httpx.Client]:
+    """httpx on the ops gateway with the unrestricted key."""
+    with httpx.Client(
+        base_url=ops_gateway.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
+    ) as c:
+        yield c
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample `name{labels...}` (extra labels on the sample are fine); None if absent."""
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
+def scrape(url: str) -> str:
+    r = httpx.get(f"{url}/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+def wait_for(
+    condition: Callable[[], object], timeout: float = 30, interval: float = 0.1, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
