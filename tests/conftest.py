@@ -58,12 +58,12 @@ async def async_client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
 
 
 def replica_actors(model: str) -> list[Any]:
-    names = [
-        a["name"]
+    named = sorted(
+        (a["name"], a["namespace"])
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a["name"].startswith(f"raygate:{model}:")
-    ]
-    return [ray.get_actor(n, namespace="raygate") for n in sorted(names)]
+    )
+    return [ray.get_actor(name, namespace=namespace) for name, namespace in named]
 
 
 def replica_stats(model: str) -> list[Any]:

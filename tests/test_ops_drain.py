@@ -22,14 +22,32 @@ DRAIN_CONFIG = REPO / "tests" / "configs" / "drain.yaml"
 KEY = "sk-test-drain-0123456789"
 
 
+NAMESPACE = "raygate-drain"
+
+
 def _replicas_alive() -> list[str]:
-    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("raygate:synth-drain:")]
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == NAMESPACE and a["name"].startswith("raygate:synth-drain:")
+    ]
+
+
+def _release_namespace() -> None:
+    """Replicas belong to the namespace's detached controller, not to the gateway (issue 4): a gateway
+    attached to a cluster leaves them serving for other gateways. The test releases them itself."""
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == NAMESPACE:
+            ray.kill(ray.get_actor(a["name"], namespace=NAMESPACE))
 
 
 @pytest.mark.slow
 def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> None:
     gw = start_gateway(
-        ["--config", str(DRAIN_CONFIG), "--ray-address", ray_address, "--drain-timeout", "4", "--api-key", KEY],
+        [
+            "--config", str(DRAIN_CONFIG), "--ray-address", ray_address, "--ray-namespace", NAMESPACE,
+            "--drain-timeout", "4", "--api-key", KEY,
+        ],
         tmp_path / "drain.log",
     )
     try:
@@ -69,7 +87,6 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
     assert code == 0, gw.log()[-3000:]
     log = gw.log()
     assert "draining" in log and "drain timeout: ending 1 request(s)" in log
-    deadline = time.monotonic() + 30
-    while _replicas_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _replicas_alive() == []
+    # Attached to a cluster, the drained gateway leaves the shared replicas to the controller.
+    assert len(_replicas_alive()) == 1
+    _release_namespace()

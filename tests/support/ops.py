@@ -23,6 +23,7 @@ REAL_MODEL = "ops-smollm2"
 ALLOWED_ORIGIN = "http://allowed.example"
 MAX_BODY = 65536
 PING_S = 0.3
+OPS_NAMESPACE = "raygate-ops"
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,7 @@ def ops_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> I
         [
             "--config", str(OPS_CONFIG),
             "--ray-address", ray_address,
+            "--ray-namespace", OPS_NAMESPACE,  # its own controller, so its own models
             "--api-keys-file", str(KEYS_FILE),
             "--cors-origin", ALLOWED_ORIGIN,
             "--max-body-bytes", str(MAX_BODY),
