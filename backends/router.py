@@ -17,7 +17,14 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from protocol.config import ModelConfig
 from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 
 @dataclass
@@ -85,6 +92,25 @@ class ModelRouter:
         try:
             result: EmbedResult = await replica.actor.embed.remote(request)
             return result
+        except (RayTaskError, RayActorError) as exc:
+            raise _unwrap(exc, self.config.name) from None
+        finally:
+            replica.inflight -= 1
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        result: TokenizeResult = await self._call("tokenize", request)
+        return result
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        text: str = await self._call("detokenize", tokens)
+        return text
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """One request/response call on the least-loaded replica, with the replica's typed error."""
+        replica = self._pick()
+        replica.inflight += 1
+        try:
+            return await getattr(replica.actor, method).remote(*args)
         except (RayTaskError, RayActorError) as exc:
             raise _unwrap(exc, self.config.name) from None
         finally:

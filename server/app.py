@@ -13,7 +13,7 @@ from backends import ray_cluster
 from backends.registry import ModelRegistry
 from server.errors import install_error_handlers
 from server.requests import UnknownFieldLog
-from server.routes import chat, completions, embeddings, models
+from server.routes import chat, completions, embeddings, models, tokenize
 from server.settings import Settings, load_config
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,6 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.unknown_fields = UnknownFieldLog()
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models):
+    for module in (chat, completions, embeddings, models, tokenize):
         app.include_router(module.router)
     return app
