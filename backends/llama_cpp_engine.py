@@ -303,7 +303,7 @@ class LlamaCppEngine(Engine):
             if cancel.is_set():
                 finish = "abort"
                 break
-            token = sampler.sample(llm._ctx, -1)
+            token = sampler.sample(llm)
             if llama_cpp.llama_vocab_is_eog(vocab, token):
                 finish = "stop"
                 break

@@ -3,7 +3,13 @@
 llama-cpp-python's own `Llama.generate` builds a fixed chain without logit bias or lazy grammars,
 so the engine builds its own from llama.cpp's samplers:
 
-    logit_bias -> penalties -> grammar -> greedy | (temperature -> top_p -> random draw)
+    [grammar] -> logit_bias -> penalties -> greedy | (temperature -> top_p -> random draw)
+
+A grammar checks every candidate against its rules, which over a 49k vocabulary costs several
+times the model's own step. So, as llama.cpp's own `common_sampler` does, the token is first
+drawn without the grammar and only checked against it; the grammar masks the whole distribution
+(and the draw is repeated) only when that token does not fit. The result is the same
+distribution, because masking commutes with the additive bias and penalties.
 
 Temperature comes before top_p as in OpenAI's and vLLM's definition (the nucleus is taken from
 the tempered distribution). Reported logprobs are the model's raw distribution at each step
@@ -73,16 +79,68 @@ def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str,
     return None
 
 
-def _add(chain: LlamaSampler, sampler: Any, what: str, param: str) -> None:
-    """llama.cpp returns NULL for a grammar it cannot parse; adding NULL would crash the process."""
-    if not sampler:
-        raise BadRequestError(f"llama.cpp could not compile the {what}.", param=param)
-    llama_cpp.llama_sampler_chain_add(chain.sampler, sampler)
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
 
-def build_sampler(
-    llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, seed: int
-) -> LlamaSampler:
+class TokenSampler:
+    """Draws the next token from the last evaluated position; owns its llama.cpp samplers."""
+
+    def __init__(self, chain: LlamaSampler, grammar: Any, n_vocab: int) -> None:
+        self._chain = chain
+        self._grammar = grammar
+        self._n_vocab = n_vocab
+        if grammar is not None:
+            self._cur = (llama_cpp.llama_token_data * n_vocab)()
+            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)
+            self._ids = np.arange(n_vocab, dtype=np.int32)
+            self._one = (llama_cpp.llama_token_data * 1)()
+
+    def sample(self, llm: Any) -> int:
+        if self._grammar is None:
+            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, llm._ctx.ctx, -1))
+        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        token = self._draw(logits, masked=False)
+        if not self._fits(token):
+            token = self._draw(logits, masked=True)
+        llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain.sampler, token)
+        return token
+
+    def _draw(self, logits: np.ndarray, masked: bool) -> int:
+        # Samplers sort and shrink the array in place: refill it every time.
+        self._view["id"] = self._ids
+        self._view["logit"] = logits
+        self._view["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._cur, llama_cpp.llama_token_data_p),
+            size=self._n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        if masked:
+            llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(cur))
+        llama_cpp.llama_sampler_apply(self._chain.sampler, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:
+            raise RuntimeError("the sampler chain selected no token")
+        return int(cur.data[cur.selected].id)
+
+    def _fits(self, token: int) -> bool:
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 1.0, 0.0
+        one = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._one, llama_cpp.llama_token_data_p), size=1, selected=-1, sorted=False
+        )
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(one))
+        return bool(np.isfinite(one.data[0].logit))
+
+    def close(self) -> None:
+        self._chain.close()
+        if self._grammar is not None:
+            llama_cpp.llama_sampler_free(self._grammar)
+            self._grammar = None
+
+
+def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, seed: int) -> TokenSampler:
     n_vocab = llm.n_vocab()
     vocab = llm._model.vocab
     chain = LlamaSampler()
@@ -98,26 +156,31 @@ def build_sampler(
         chain.add_penalties(
             n_vocab, PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
         )
-    grammar = grammar_for(sampling, tools)
-    if grammar is not None:
-        text, lazy = grammar
-        param = "response_format" if sampling.json_schema is not None else "tools"
-        if lazy:
-            patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())
-            no_tokens = (llama_cpp.llama_token * 0)()
-            sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-                vocab, text.encode(), b"root", patterns, 1, no_tokens, 0
-            )
-        else:
-            sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
-        _add(chain, sampler, "grammar", param)
     if sampling.temperature == 0:
         chain.add_greedy()
     else:
         chain.add_temp(sampling.temperature)
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
-    return chain
+    grammar = grammar_for(sampling, tools)
+    if grammar is None:
+        return TokenSampler(chain, None, n_vocab)
+    text, lazy = grammar
+    if lazy:
+        patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())
+        no_tokens = (llama_cpp.llama_token * 0)()
+        sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            vocab, text.encode(), b"root", patterns, 1, no_tokens, 0
+        )
+    else:
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+    if not sampler:  # NULL: llama.cpp could not parse the grammar (it logs why)
+        chain.close()
+        raise BadRequestError(
+            "llama.cpp could not compile the grammar for this schema.",
+            param="response_format" if sampling.json_schema is not None else "tools",
+        )
+    return TokenSampler(chain, sampler, n_vocab)
 
 
 # -- log-probabilities --------------------------------------------------------------------------
