@@ -19,6 +19,7 @@ from typing import Any
 
 from backends import llama_cpp_sampling as sampling_lib
 from backends import tool_calls
+from backends.deltas import DeltaBuilder
 from backends.engine import Engine, EngineStats
 from backends.text_stream import StopMatcher, Utf8Stream
 from protocol.errors import (
@@ -36,8 +37,6 @@ from protocol.generation import (
     GenerateRequest,
     TokenizeRequest,
     TokenizeResult,
-    TokenLogprob,
-    ToolCallDelta,
     ToolsSpec,
 )
 
@@ -150,7 +149,7 @@ class LlamaCppEngine(Engine):
         try:
             rendered = formatter(messages=tool_calls.render_messages(messages, tools))
         except Exception as exc:  # the template's own raise_exception(): bad turn order etc.
-            raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages")
+            raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
         return list(
             self._llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
         )
@@ -291,9 +290,12 @@ class LlamaCppEngine(Engine):
 
         llm, sampling = self._llm, request.sampling
         vocab = llm._model.vocab
-        out = _DeltaBuilder(len(prompt), tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None)
+        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
+        out = DeltaBuilder(len(prompt), parser)
         if sampling.prompt_logprobs is not None:
-            out.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(llm, prompt, sampling.prompt_logprobs)
+            out.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(
+                llm, prompt, sampling.prompt_logprobs
+            )
         else:
             sampling_lib.prefill(llm, prompt)
         utf8 = Utf8Stream()
@@ -381,37 +383,3 @@ class LlamaCppEngine(Engine):
         llm.reset()
         return EmbedResult(embeddings=out, prompt_tokens=sum(map(len, seqs)))
 
-
-class _DeltaBuilder:
-    """Turns decoded text into `Delta`s: routes it through the tool-call parser when tools are on,
-    and attaches the logprobs gathered since the previous delta."""
-
-    def __init__(self, n_prompt: int, parser: tool_calls.ToolCallParser | None) -> None:
-        self.n_prompt = n_prompt
-        self.n_out = 0
-        self.parser = parser
-        self.logprobs: list[TokenLogprob] = []
-        self.prompt_logprobs: list[TokenLogprob] | None = None
-
-    def delta(self, text: str, finish: FinishReason | None = None) -> Delta | None:
-        calls: list[ToolCallDelta] = []
-        if self.parser is not None:
-            text, calls = self.parser.push(text)
-            if finish is not None:
-                tail, more = self.parser.finish()
-                text, calls = text + tail, calls + more
-                if finish == "stop" and self.parser.called:
-                    finish = "tool_calls"
-        if finish is None and not (text or calls or self.logprobs or self.prompt_logprobs):
-            return None
-        delta = Delta(
-            text,
-            self.n_out,
-            self.n_prompt,
-            finish,
-            logprobs=self.logprobs or None,
-            tool_calls=calls or None,
-            prompt_logprobs=self.prompt_logprobs,
-        )
-        self.logprobs, self.prompt_logprobs = [], None
-        return delta

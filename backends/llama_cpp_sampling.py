@@ -75,7 +75,7 @@ def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str,
             return _tool_grammar(tools), not tool_calls.forced(tools)
     except Exception as exc:  # the converter raises plain errors on schemas it cannot express
         param = "response_format" if sampling.json_schema is not None else "tools"
-        raise BadRequestError(f"Cannot turn the JSON schema into a grammar: {exc}", param=param)
+        raise BadRequestError(f"Cannot turn the JSON schema into a grammar: {exc}", param=param) from None
     return None
 
 
@@ -91,7 +91,7 @@ class TokenSampler:
         self._n_vocab = n_vocab
         if grammar is not None:
             self._cur = (llama_cpp.llama_token_data * n_vocab)()
-            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)
+            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = (llama_cpp.llama_token_data * 1)()
 
@@ -126,7 +126,7 @@ class TokenSampler:
         return int(cur.data[cur.selected].id)
 
     def _fits(self, token: int) -> bool:
-        self._one[0].id, self._one[0].logit, self._one[0].p = token, 1.0, 0.0
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 1.0, 0.0  # type: ignore[assignment]
         one = llama_cpp.llama_token_data_array(
             data=ctypes.cast(self._one, llama_cpp.llama_token_data_p), size=1, selected=-1, sorted=False
         )
@@ -134,10 +134,14 @@ class TokenSampler:
         return bool(np.isfinite(one.data[0].logit))
 
     def close(self) -> None:
+        """Idempotent; also runs on garbage collection (a request cancelled while its sampler
+        was being built never reaches the decode loop that normally closes it)."""
         self._chain.close()
         if self._grammar is not None:
             llama_cpp.llama_sampler_free(self._grammar)
             self._grammar = None
+
+    __del__ = close
 
 
 def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, seed: int) -> TokenSampler:
@@ -247,7 +251,7 @@ def prefill(llm: Any, tokens: list[int]) -> None:
     sample from belong to this prompt."""
     cached = llm.input_ids[: llm.n_tokens]
     shared = 0
-    for a, b in zip(cached, tokens):
+    for a, b in zip(cached, tokens, strict=False):
         if a != b:
             break
         shared += 1

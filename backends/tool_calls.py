@@ -125,7 +125,7 @@ def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> di
             if isinstance(ref, str):
                 for base in ("#/$defs/", "#/definitions/"):
                     if ref.startswith(base):
-                        node = {**node, "$ref": f"#/$defs/{prefix}{ref[len(base):]}"}
+                        node = {**node, "$ref": f"#/$defs/{prefix}{ref[len(base) :]}"}
             return {k: rewrite(v) for k, v in node.items()}
         if isinstance(node, list):
             return [rewrite(v) for v in node]

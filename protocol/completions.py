@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from protocol.base import RequestModel, ResponseModel
+from protocol.base import ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.generation import FinishReason, SamplingParams
 from protocol.tools import CompletionLogprobs

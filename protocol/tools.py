@@ -57,9 +57,7 @@ def tools_spec(
         if choice is not None and choice != "none":
             raise BadRequestError("`tool_choice` needs `tools`.", param="tool_choice")
         return None
-    functions = [
-        FunctionTool(t.function.name, t.function.description, t.function.parameters) for t in tools
-    ]
+    functions = [FunctionTool(t.function.name, t.function.description, t.function.parameters) for t in tools]
     names = [f.name for f in functions]
     if len(set(names)) != len(names):
         raise BadRequestError("Tool function names must be unique.", param="tools")

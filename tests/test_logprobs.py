@@ -16,7 +16,14 @@ ASK = [{"role": "user", "content": "Name a color."}]
 def test_chat_logprobs_shape_and_values(client: openai.OpenAI, base_url: str) -> None:
     raw = httpx.post(
         f"{base_url}/chat/completions",
-        json={"model": CHAT_MODEL, "messages": ASK, "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 3},
+        json={
+            "model": CHAT_MODEL,
+            "messages": ASK,
+            "max_tokens": 6,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 3,
+        },
         timeout=120,
     )
     assert raw.status_code == 200, raw.text
@@ -46,19 +53,29 @@ def test_chat_logprobs_shape_and_values(client: openai.OpenAI, base_url: str) ->
 def test_chat_logprobs_stream(client: openai.OpenAI) -> None:
     chunks = list(
         client.chat.completions.create(
-            model=CHAT_MODEL, messages=ASK, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2, stream=True  # type: ignore[arg-type]
+            model=CHAT_MODEL,
+            messages=ASK,
+            max_tokens=6,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,  # type: ignore[arg-type]
         )
     )
     for c in chunks:
         validate(c.model_dump(mode="json", exclude_unset=True), "CreateChatCompletionStreamResponse")
-    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content or []]
+    entries = [
+        e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content or []
+    ]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert entries and "".join(e.token for e in entries) == text
     assert all(len(e.top_logprobs) == 2 for e in entries)
 
 
 def test_completions_logprobs(client: openai.OpenAI) -> None:
-    out = client.completions.create(model=CHAT_MODEL, prompt="One, two, three,", max_tokens=5, temperature=0, logprobs=2)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt="One, two, three,", max_tokens=5, temperature=0, logprobs=2
+    )
     validate(out.model_dump(mode="json", exclude_unset=True), "CreateCompletionResponse")
     lp = out.choices[0].logprobs
     assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs and lp.text_offset
@@ -76,7 +93,9 @@ def test_completions_logprobs(client: openai.OpenAI) -> None:
 def test_completions_echo_scores_the_prompt(client: openai.OpenAI) -> None:
     """echo + logprobs + max_tokens=1 is how evaluation harnesses score a text."""
     prompt = "The capital of France is Paris"
-    out = client.completions.create(model=CHAT_MODEL, prompt=prompt, max_tokens=1, echo=True, logprobs=1, temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt=prompt, max_tokens=1, echo=True, logprobs=1, temperature=0
+    )
     lp = out.choices[0].logprobs
     assert lp is not None and lp.tokens and lp.token_logprobs and lp.text_offset
     assert out.choices[0].text.startswith(prompt)
@@ -85,19 +104,32 @@ def test_completions_echo_scores_the_prompt(client: openai.OpenAI) -> None:
     assert all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
     # " Paris" after "The capital of France is" is far likelier than " Berlin".
-    berlin = client.completions.create(
-        model=CHAT_MODEL, prompt=prompt.replace("Paris", "Berlin"), max_tokens=1, echo=True, logprobs=0
-    ).choices[0].logprobs
+    berlin = (
+        client.completions.create(
+            model=CHAT_MODEL, prompt=prompt.replace("Paris", "Berlin"), max_tokens=1, echo=True, logprobs=0
+        )
+        .choices[0]
+        .logprobs
+    )
     assert berlin is not None and berlin.token_logprobs
     assert lp.token_logprobs[-2] > berlin.token_logprobs[-2]  # type: ignore[operator]
 
 
 def test_completions_logprobs_stream(client: openai.OpenAI) -> None:
     chunks = list(
-        client.completions.create(model=CHAT_MODEL, prompt="A, B, C,", max_tokens=4, temperature=0, logprobs=1, stream=True)
+        client.completions.create(
+            model=CHAT_MODEL, prompt="A, B, C,", max_tokens=4, temperature=0, logprobs=1, stream=True
+        )
     )
-    tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens or []]
-    offsets = [o for c in chunks if c.choices and c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset or []]
+    tokens = [
+        t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens or []
+    ]
+    offsets = [
+        o
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
+        for o in c.choices[0].logprobs.text_offset or []
+    ]
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert "".join(tokens) == text and len(tokens) == 4
     assert offsets == [len("".join(tokens[:i])) for i in range(4)]

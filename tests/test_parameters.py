@@ -30,10 +30,16 @@ def test_logit_bias_forces_and_bans(client: openai.OpenAI, base_url: str) -> Non
         model=CHAT_MODEL, messages=ASK, max_tokens=3, logit_bias={str(banana): 100}, temperature=1.0, seed=1
     )
     assert forced.choices[0].message.content == " banana" * 3
-    free = client.completions.create(model=CHAT_MODEL, prompt="My favourite fruit is", max_tokens=1, temperature=0)
+    free = client.completions.create(
+        model=CHAT_MODEL, prompt="My favourite fruit is", max_tokens=1, temperature=0
+    )
     first = token_ids(base_url, free.choices[0].text)[0]
     banned = client.completions.create(
-        model=CHAT_MODEL, prompt="My favourite fruit is", max_tokens=1, temperature=0, logit_bias={str(first): -100}
+        model=CHAT_MODEL,
+        prompt="My favourite fruit is",
+        max_tokens=1,
+        temperature=0,
+        logit_bias={str(first): -100},
     )
     assert banned.choices[0].text and banned.choices[0].text != free.choices[0].text
 
@@ -51,9 +57,17 @@ def test_bad_logit_bias_is_400(base_url: str, bias: dict[str, float]) -> None:
 
 def test_frequency_penalty_changes_a_repetitive_greedy_text(client: openai.OpenAI) -> None:
     def say(**kw: float) -> str:
-        return client.completions.create(
-            model=CHAT_MODEL, prompt="la la la la la la", max_tokens=12, temperature=0, **kw  # type: ignore[arg-type]
-        ).choices[0].text
+        return (
+            client.completions.create(
+                model=CHAT_MODEL,
+                prompt="la la la la la la",
+                max_tokens=12,
+                temperature=0,
+                **kw,  # type: ignore[arg-type]
+            )
+            .choices[0]
+            .text
+        )
 
     plain = say()
     assert say(frequency_penalty=2.0) != plain
@@ -63,7 +77,9 @@ def test_frequency_penalty_changes_a_repetitive_greedy_text(client: openai.OpenA
 
 def test_suffix_needs_a_fill_in_the_middle_model(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
-        client.completions.create(model=CHAT_MODEL, prompt="def add(a, b):", suffix="    return c", max_tokens=4)
+        client.completions.create(
+            model=CHAT_MODEL, prompt="def add(a, b):", suffix="    return c", max_tokens=4
+        )
     assert exc.value.code == "unsupported_parameter"
     body: Any = exc.value.body
     assert body["param"] == "suffix" and "llama_cpp" in body["message"] and "FIM" in body["message"]
@@ -99,7 +115,14 @@ def test_fields_no_backend_honours_are_refused_by_name(base_url: str, field: str
 def test_harmless_settings_of_those_fields_are_accepted(base_url: str) -> None:
     r = httpx.post(
         f"{base_url}/chat/completions",
-        json={"model": CHAT_MODEL, "messages": ASK, "max_tokens": 2, "store": False, "modalities": ["text"], "service_tier": "auto"},
+        json={
+            "model": CHAT_MODEL,
+            "messages": ASK,
+            "max_tokens": 2,
+            "store": False,
+            "modalities": ["text"],
+            "service_tier": "auto",
+        },
         timeout=60,
     )
     assert r.status_code == 200, r.text
@@ -113,32 +136,58 @@ def test_best_of_above_n_is_refused(client: openai.OpenAI) -> None:
 
 def test_tokenize_and_detokenize(base_url: str) -> None:
     url = root(base_url)
-    r = httpx.post(f"{url}/tokenize", json={"model": CHAT_MODEL, "prompt": "Hello world", "return_token_strs": True}, timeout=60)
+    r = httpx.post(
+        f"{url}/tokenize",
+        json={"model": CHAT_MODEL, "prompt": "Hello world", "return_token_strs": True},
+        timeout=60,
+    )
     assert r.status_code == 200
     body = r.json()
     # SmolLM2's GPT-2 style vocabulary: "Hello" = 19556, " world" = 905.
-    assert body == {"count": 2, "max_model_len": 2048, "tokens": [19556, 905], "token_strs": ["Hello", " world"]}
-    assert "token_strs" not in httpx.post(f"{url}/tokenize", json={"model": "smollm2", "prompt": "Hi"}, timeout=60).json()
+    assert body == {
+        "count": 2,
+        "max_model_len": 2048,
+        "tokens": [19556, 905],
+        "token_strs": ["Hello", " world"],
+    }
+    assert (
+        "token_strs"
+        not in httpx.post(f"{url}/tokenize", json={"model": "smollm2", "prompt": "Hi"}, timeout=60).json()
+    )
     r = httpx.post(f"{url}/detokenize", json={"model": CHAT_MODEL, "tokens": [19556, 905]}, timeout=60)
     assert r.json() == {"prompt": "Hello world"}
 
     chat = httpx.post(
         f"{url}/tokenize",
-        json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "return_token_strs": True},
+        json={
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "return_token_strs": True,
+        },
         timeout=60,
     ).json()
     assert "".join(chat["token_strs"]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     no_prompt = httpx.post(
         f"{url}/tokenize",
-        json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
+        json={
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "add_generation_prompt": False,
+        },
         timeout=60,
     ).json()
     assert no_prompt["count"] < chat["count"]
 
     # The embedding model has its own (BERT word-piece) tokenizer, with [CLS] ... [SEP].
-    emb = httpx.post(f"{url}/tokenize", json={"model": EMBED_MODEL, "prompt": "hello world", "return_token_strs": True}, timeout=60).json()
+    emb = httpx.post(
+        f"{url}/tokenize",
+        json={"model": EMBED_MODEL, "prompt": "hello world", "return_token_strs": True},
+        timeout=60,
+    ).json()
     assert emb["max_model_len"] == 512 and emb["token_strs"] == ["[CLS]", " hello", " world", "[SEP]"]
-    back = httpx.post(f"{url}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60).json()
+    back = httpx.post(
+        f"{url}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60
+    ).json()
     assert back["prompt"].strip() == "hello world"
 
 
@@ -146,14 +195,21 @@ def test_tokenize_and_detokenize(base_url: str) -> None:
     ("path", "body", "status", "param"),
     [
         ("/tokenize", {"model": CHAT_MODEL}, 400, None),
-        ("/tokenize", {"model": CHAT_MODEL, "prompt": "x", "messages": [{"role": "user", "content": "x"}]}, 400, None),
+        (
+            "/tokenize",
+            {"model": CHAT_MODEL, "prompt": "x", "messages": [{"role": "user", "content": "x"}]},
+            400,
+            None,
+        ),
         ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model"),
         ("/tokenize", {"model": CHAT_MODEL, "prompt": "x", "chat_template": "{{x}}"}, 400, "chat_template"),
         ("/detokenize", {"model": CHAT_MODEL, "tokens": [10**9]}, 400, "tokens"),
         ("/detokenize", {"model": CHAT_MODEL, "tokens": []}, 400, "tokens"),
     ],
 )
-def test_tokenizer_errors(base_url: str, path: str, body: dict[str, Any], status: int, param: str | None) -> None:
+def test_tokenizer_errors(
+    base_url: str, path: str, body: dict[str, Any], status: int, param: str | None
+) -> None:
     r = httpx.post(f"{root(base_url)}{path}", json=body, timeout=60)
     assert r.status_code == status, r.text
     if param is not None:

@@ -33,7 +33,14 @@ def test_json_schema_output_validates(client: openai.OpenAI, base_url: str, temp
     for seed in range(2 if temperature else 1):
         raw = httpx.post(
             f"{base_url}/chat/completions",
-            json={"model": CHAT_MODEL, "messages": ASK, "max_tokens": 120, "temperature": temperature, "seed": seed, "response_format": fmt},
+            json={
+                "model": CHAT_MODEL,
+                "messages": ASK,
+                "max_tokens": 120,
+                "temperature": temperature,
+                "seed": seed,
+                "response_format": fmt,
+            },
             timeout=120,
         )
         assert raw.status_code == 200, raw.text
@@ -99,7 +106,12 @@ def test_bad_formats_are_400(base_url: str) -> None:
     for fmt in ({"type": "xml"}, {"type": "json_schema"}, "json"):
         r = post(fmt)
         assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
-    r = post({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(unclosed"}}})
+    r = post(
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(unclosed"}},
+        }
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     r = post({"type": "json_object"}, tools=[tool])

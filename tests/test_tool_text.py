@@ -77,7 +77,9 @@ def test_truncated_call_keeps_its_arguments_so_far() -> None:
     assert assemble(pieces)[0]["arguments"] == '{"city": "'
 
 
-TOOL = FunctionTool("get_weather", "Weather now", {"type": "object", "properties": {"city": {"type": "string"}}})
+TOOL = FunctionTool(
+    "get_weather", "Weather now", {"type": "object", "properties": {"city": {"type": "string"}}}
+)
 
 
 def test_render_history_for_any_template() -> None:
@@ -91,9 +93,15 @@ def test_render_history_for_any_template() -> None:
     out = render_messages(messages, ToolsSpec([TOOL], "auto"))
     assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
     assert out[0]["content"].startswith("Be brief.") and '"name": "get_weather"' in out[0]["content"]
-    assert out[2]["content"] == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert (
+        out[2]["content"]
+        == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
     assert out[3]["content"].count("<tool_response>") == 2
-    assert render_messages(messages, ToolsSpec([TOOL], "none"))[0] == {"role": "system", "content": "Be brief."}
+    assert render_messages(messages, ToolsSpec([TOOL], "none"))[0] == {
+        "role": "system",
+        "content": "Be brief.",
+    }
 
 
 def test_call_schema_accepts_calls_and_hoists_definitions() -> None:
@@ -104,7 +112,9 @@ def test_call_schema_accepts_calls_and_hoists_definitions() -> None:
             "type": "object",
             "properties": {"when": {"$ref": "#/$defs/Slot"}},
             "required": ["when"],
-            "$defs": {"Slot": {"type": "object", "properties": {"day": {"type": "integer"}}, "required": ["day"]}},
+            "$defs": {
+                "Slot": {"type": "object", "properties": {"day": {"type": "integer"}}, "required": ["day"]}
+            },
         },
     )
     schema = call_schema([TOOL, nested])

@@ -16,14 +16,35 @@ from tests.support.openapi import validate
 
 WEATHER_PARAMS = {
     "type": "object",
-    "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "properties": {
+        "city": {"type": "string", "maxLength": 30},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
     "required": ["city", "unit"],
     "additionalProperties": False,
 }
-TIME_PARAMS = {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}}, "required": ["zone"]}
+TIME_PARAMS = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "maxLength": 20}},
+    "required": ["zone"],
+}
 TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": WEATHER_PARAMS}},
-    {"type": "function", "function": {"name": "get_time", "description": "Current time in a time zone", "parameters": TIME_PARAMS}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": WEATHER_PARAMS,
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Current time in a time zone",
+            "parameters": TIME_PARAMS,
+        },
+    },
 ]
 PARAMS = {"get_weather": WEATHER_PARAMS, "get_time": TIME_PARAMS}
 ASK: list[Any] = [{"role": "user", "content": "What is the weather like in Paris?"}]
@@ -100,7 +121,14 @@ def test_streamed_calls_carry_index_on_every_piece(client: openai.OpenAI, base_u
     with httpx.stream(
         "POST",
         f"{base_url}/chat/completions",
-        json={"model": CHAT_MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60, "stream": True},
+        json={
+            "model": CHAT_MODEL,
+            "messages": ASK,
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "max_tokens": 60,
+            "stream": True,
+        },
         timeout=120,
     ) as r:
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
@@ -132,7 +160,12 @@ def test_streamed_calls_carry_index_on_every_piece(client: openai.OpenAI, base_u
 
 def test_follow_up_turn_with_tool_results(client: openai.OpenAI, base_url: str) -> None:
     first = client.chat.completions.create(
-        model=CHAT_MODEL, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=60
+        model=CHAT_MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
     )
     assert first.choices[0].message.tool_calls and len(first.choices[0].message.tool_calls) == 1
     call = first.choices[0].message.tool_calls[0]
@@ -141,7 +174,9 @@ def test_follow_up_turn_with_tool_results(client: openai.OpenAI, base_url: str) 
         first.choices[0].message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"},
     ]
-    out = client.chat.completions.create(model=CHAT_MODEL, messages=history, tools=TOOLS, tool_choice="none", max_tokens=20)
+    out = client.chat.completions.create(
+        model=CHAT_MODEL, messages=history, tools=TOOLS, tool_choice="none", max_tokens=20
+    )
     assert out.choices[0].message.content and out.choices[0].message.tool_calls is None
     # What the model saw: the earlier call and the tool's answer, rendered by its chat template.
     tok = httpx.post(

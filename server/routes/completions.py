@@ -58,9 +58,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             CompletionChoice(
                 index=i,
                 text=echoes[i // body.n] + tally.text(i),
-                logprobs=_logprobs(
-                    body, tally.prompt_logprobs.get(i, []) + tally.logprobs.get(i, []), 0
-                ),
+                logprobs=_logprobs(body, tally.prompt_logprobs.get(i, []) + tally.logprobs.get(i, []), 0),
                 finish_reason=tally.finish.get(i),
             )
             for i in range(len(sequences))
