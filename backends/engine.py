@@ -21,7 +21,15 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from protocol.errors import UnsupportedParameterError
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 
 @dataclass(slots=True)
@@ -54,6 +62,18 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def abort(self, request_id: str) -> bool:
         """Stop a running or queued request. Returns whether it was known."""
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """vLLM's `/tokenize`: the ids (and their texts) the model would see for a prompt or chat."""
+        raise UnsupportedParameterError(
+            f"Tokenization is not available for {type(self).__name__}.", param="model"
+        )
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        """vLLM's `/detokenize`: the text of token ids."""
+        raise UnsupportedParameterError(
+            f"Detokenization is not available for {type(self).__name__}.", param="model"
+        )
 
     @abc.abstractmethod
     async def count_tokens(self, text: str) -> int:

@@ -17,16 +17,27 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from backends import llama_cpp_sampling as sampling_lib
+from backends import tool_calls
+from backends.deltas import DeltaBuilder
 from backends.engine import Engine, EngineStats
 from backends.text_stream import StopMatcher, Utf8Stream
-from protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
+from protocol.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    UnsupportedParameterError,
+)
 from protocol.generation import (
+    ChatMessage,
     Delta,
     EmbedRequest,
     EmbedResult,
     FinishReason,
     GenerateRequest,
-    SamplingParams,
+    TokenizeRequest,
+    TokenizeResult,
+    ToolsSpec,
 )
 
 # Defaults chosen for a shared CPU box: one thread per replica keeps generation steady when other
@@ -88,6 +99,32 @@ class LlamaCppEngine(Engine):
         tokens = await asyncio.to_thread(self._llm.tokenize, text.encode(), False, False)
         return len(tokens)
 
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        if self._llm is None:
+            raise EngineError("engine is not loaded")
+        return await asyncio.to_thread(self._tokenize_sync, request)
+
+    def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
+        if request.messages is not None:
+            tokens = self._render_chat(request.messages, request.tools, request.add_generation_prompt)
+        else:
+            add_bos = request.add_special_tokens and bool(self._llm._model.add_bos_token())
+            tokens = self._llm.tokenize((request.prompt or "").encode(), add_bos=add_bos, special=False)
+        strs = [
+            bytes(self._llm._model.detokenize([t], special=True)).decode("utf-8", errors="replace")
+            for t in tokens
+        ]
+        return TokenizeResult(list(tokens), strs, self.context_length)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        if self._llm is None:
+            raise EngineError("engine is not loaded")
+        vocab = self._llm.n_vocab()
+        if any(not 0 <= t < vocab for t in tokens):
+            raise BadRequestError(f"Token ids must be in [0, {vocab}).", param="tokens")
+        raw = await asyncio.to_thread(self._llm.detokenize, tokens)
+        return bytes(raw).decode("utf-8", errors="replace")
+
     async def abort(self, request_id: str) -> bool:
         flag = self._cancel_flags.get(request_id)
         if flag is not None:
@@ -96,31 +133,69 @@ class LlamaCppEngine(Engine):
 
     # -- generation -------------------------------------------------------------------------
 
+    def _render_chat(
+        self, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
+    ) -> list[int]:
+        if self._formatter is None:
+            raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
+        formatter = self._formatter
+        if not add_generation_prompt:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            formatter = Jinja2ChatFormatter(
+                template=formatter.template,
+                eos_token=formatter.eos_token,
+                bos_token=formatter.bos_token,
+                add_generation_prompt=False,
+            )
+        try:
+            rendered = formatter(messages=tool_calls.render_messages(messages, tools))
+        except Exception as exc:  # the template's own raise_exception(): bad turn order etc.
+            raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
+        return list(
+            self._llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
+        )
+
     def _prompt_tokens(self, request: GenerateRequest) -> list[int]:
         if request.messages is not None:
-            if self._formatter is None:
-                raise BadRequestError(
-                    "This model has no chat template; use /v1/completions.", param="messages"
-                )
-            try:
-                rendered = self._formatter(
-                    messages=[
-                        {"role": m.role, "content": m.content}
-                        | ({"name": m.name} if m.name else {})
-                        for m in request.messages
-                    ]
-                )
-            except Exception as exc:  # the template's own raise_exception(): bad turn order etc.
-                raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages")
-            return self._llm.tokenize(
-                rendered.prompt.encode(), add_bos=not rendered.added_special, special=True
-            )
+            return self._render_chat(request.messages, request.tools)
         if isinstance(request.prompt, list):
             vocab = self._llm.n_vocab()
             if any(not 0 <= t < vocab for t in request.prompt):
                 raise BadRequestError(f"Token ids must be in [0, {vocab}).", param="prompt")
+            if request.suffix is not None:
+                raise UnsupportedParameterError("`suffix` needs a text prompt.", param="suffix")
             return list(request.prompt)
+        if request.suffix is not None:
+            return self._fill_in_middle(request.prompt or "", request.suffix)
         return self._llm.tokenize((request.prompt or "").encode(), add_bos=True, special=False)
+
+    def _fill_in_middle(self, prefix: str, suffix: str) -> list[int]:
+        """Prefix-suffix-middle order with the model's own FIM tokens (as llama.cpp's server)."""
+        import llama_cpp
+
+        vocab = self._llm._model.vocab
+        pre, suf, mid = (
+            llama_cpp.llama_vocab_fim_pre(vocab),
+            llama_cpp.llama_vocab_fim_suf(vocab),
+            llama_cpp.llama_vocab_fim_mid(vocab),
+        )
+        if min(pre, suf, mid) < 0:
+            raise UnsupportedParameterError(
+                "`suffix` (fill in the middle) needs a model with FIM tokens; this model has none "
+                f"({sampling_lib.BACKEND} backend).",
+                param="suffix",
+            )
+        tokenize = self._llm.tokenize
+        bos = [self._llm.token_bos()] if self._llm._model.add_bos_token() else []
+        return [
+            *bos,
+            pre,
+            *tokenize(prefix.encode(), add_bos=False, special=False),
+            suf,
+            *tokenize(suffix.encode(), add_bos=False, special=False),
+            mid,
+        ]
 
     def _budget(self, request: GenerateRequest, n_prompt: int) -> int:
         """Tokens the completion may use; refuse before decoding if the context cannot hold it."""
@@ -146,6 +221,12 @@ class LlamaCppEngine(Engine):
             raise BadRequestError("This model only serves embeddings.", param="model")
         tokens = await asyncio.to_thread(self._prompt_tokens, request)
         budget = self._budget(request, len(tokens))
+        seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
+        # Built off the engine thread: grammar compilation reads only the (immutable) vocabulary,
+        # and a schema llama.cpp cannot compile is refused before anything is streamed.
+        sampler = await asyncio.to_thread(
+            sampling_lib.build_sampler, self._llm, request.sampling, request.tools, seed
+        )
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -158,7 +239,7 @@ class LlamaCppEngine(Engine):
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         future = loop.run_in_executor(
-            self._executor, self._decode, tokens, budget, request.sampling, cancel, emit
+            self._executor, self._decode, request, tokens, budget, sampler, cancel, emit
         )
         finished = False
         try:
@@ -181,73 +262,72 @@ class LlamaCppEngine(Engine):
 
     def _decode(
         self,
+        request: GenerateRequest,
         prompt: list[int],
         budget: int,
-        sampling: SamplingParams,
+        sampler: Any,
         cancel: threading.Event,
         emit: Callable[[Any], None],
     ) -> None:
         """Runs on the engine thread: the whole decode loop for one sequence."""
         try:
             if not cancel.is_set():
-                self._decode_tokens(prompt, budget, sampling, cancel, emit)
+                self._decode_tokens(request, prompt, budget, sampler, cancel, emit)
         except BaseException as exc:  # surfaces in the request's generator, not in the thread
             emit(exc if isinstance(exc, BadRequestError) else EngineError(f"llama.cpp failed: {exc}"))
         finally:
+            sampler.close()
             emit(_DONE)
 
     def _decode_tokens(
         self,
+        request: GenerateRequest,
         prompt: list[int],
         budget: int,
-        sampling: SamplingParams,
+        sampler: Any,
         cancel: threading.Event,
         emit: Callable[[Any], None],
     ) -> None:
         import llama_cpp
 
-        llm = self._llm
+        llm, sampling = self._llm, request.sampling
         vocab = llm._model.vocab
-        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(32))
+        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
+        out = DeltaBuilder(len(prompt), parser)
+        if sampling.prompt_logprobs is not None:
+            out.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(
+                llm, prompt, sampling.prompt_logprobs
+            )
+        else:
+            sampling_lib.prefill(llm, prompt)
         utf8 = Utf8Stream()
         stops = StopMatcher(sampling.stop)
-        n_prompt, n_out = len(prompt), 0
         finish: FinishReason = "length"
-        tokens = llm.generate(
-            prompt,
-            temp=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=0,  # OpenAI semantics: no top-k / min-p unless asked for
-            min_p=0.0,
-            repeat_penalty=1.0,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            reset=True,
-        )
-        try:
-            for token in tokens:
-                if cancel.is_set():
-                    finish = "abort"
-                    break
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    finish = "stop"
-                    break
-                n_out += 1
-                self._stats.tokens_generated_total += 1
-                text, stopped = stops.push(utf8.push(llm.detokenize([token])))
-                if stopped:
-                    finish = "stop"
-                    emit(Delta(text, n_out, n_prompt, finish))
-                    return
-                if n_out >= budget:
-                    emit(Delta(text + stops.flush() + utf8.flush(), n_out, n_prompt, "length"))
-                    return
-                if text:
-                    emit(Delta(text, n_out, n_prompt))
-        finally:
-            tokens.close()
+        while True:
+            if cancel.is_set():
+                finish = "abort"
+                break
+            token = sampler.sample(llm)
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                finish = "stop"
+                break
+            if sampling.logprobs is not None:
+                out.logprobs.append(sampling_lib.logprob_at(llm, -1, token, sampling.logprobs))
+            out.n_out += 1
+            self._stats.tokens_generated_total += 1
+            text, stopped = stops.push(utf8.push(llm.detokenize([token])))
+            if stopped:
+                emit(out.delta(text, "stop"))
+                return
+            if out.n_out >= budget:
+                emit(out.delta(text + stops.flush() + utf8.flush(), "length"))
+                return
+            delta = out.delta(text)
+            if delta is not None:
+                emit(delta)
+            llm.eval([token])
         tail, _ = stops.push(utf8.flush())
-        emit(Delta(tail + stops.flush(), n_out, n_prompt, finish))
+        emit(out.delta(tail + stops.flush(), finish))
 
     # -- embeddings ---------------------------------------------------------------------------
 
@@ -304,3 +384,4 @@ class LlamaCppEngine(Engine):
         llm._ctx.kv_cache_clear()
         llm.reset()
         return EmbedResult(embeddings=out, prompt_tokens=sum(map(len, seqs)))
+

@@ -25,7 +25,14 @@ from backends.worker import ReplicaDrainingError
 from protocol.admin import DeploymentState
 from protocol.config import ModelConfig
 from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 
 @dataclass
@@ -128,3 +135,22 @@ class ModelRouter:
                 tried.add(replica.id)
             finally:
                 replica.inflight -= 1
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        result: TokenizeResult = await self._call("tokenize", request)
+        return result
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        text: str = await self._call("detokenize", tokens)
+        return text
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """One request/response call on the least-loaded replica, with the replica's typed error."""
+        replica = self._pick(set())
+        replica.inflight += 1
+        try:
+            return await getattr(replica.actor, method).remote(*args)
+        except (RayTaskError, RayActorError) as exc:
+            raise _unwrap(exc, self.config.name) from None
+        finally:
+            replica.inflight -= 1

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.engine import Engine, EngineStats
-from protocol.errors import ContextLengthExceededError, EngineError
+from protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
 
@@ -76,6 +76,22 @@ class SyntheticEngine(Engine):
         return len((request.prompt or "").split())
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        s = request.sampling
+        refused = [
+            name
+            for name, used in (
+                ("logprobs", s.logprobs is not None or s.prompt_logprobs is not None),
+                ("logit_bias", bool(s.logit_bias)),
+                ("response_format", s.json_schema is not None),
+                ("tools", request.tools is not None and request.tools.choice != "none"),
+                ("suffix", request.suffix is not None),
+            )
+            if used
+        ]
+        if refused:  # it produces no language, so it cannot honour these: refuse, never pretend
+            raise UnsupportedParameterError(
+                f"`{refused[0]}` is not supported by the synthetic backend.", param=refused[0]
+            )
         n_prompt = self._prompt_tokens(request)
         budget = request.sampling.max_tokens or self._default_tokens
         if n_prompt + budget > self._context:

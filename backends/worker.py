@@ -23,7 +23,14 @@ import ray
 from backends.engine import Engine, EngineStats
 from backends.engines import make_engine
 from protocol.config import ModelConfig
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 MAX_DELTAS_PER_YIELD = 64
 DRAIN_POLL_SECONDS = 0.05
@@ -131,6 +138,12 @@ class ModelWorker:
 
     async def abort(self, request_id: str) -> bool:
         return await self._require().abort(request_id)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        return await self._require().tokenize(request)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return await self._require().detokenize(tokens)
 
     async def count_tokens(self, text: str) -> int:
         return await self._require().count_tokens(text)

@@ -9,7 +9,17 @@ from pydantic import Field, model_serializer, model_validator
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.errors import BadRequestError
-from protocol.generation import ChatMessage, FinishReason, SamplingParams
+from protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
+from protocol.tools import (
+    ChoiceLogprobs,
+    ResponseFormat,
+    ToolCallChunk,
+    ToolCallIn,
+    ToolCallOut,
+    ToolChoice,
+    ToolDefinition,
+    tools_spec,
+)
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -23,7 +33,7 @@ class ChatMessageIn(RequestModel):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
 
     def text(self, index: int) -> str:
@@ -50,11 +60,21 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    logit_bias: dict[str, float] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
+    # OpenAI fields no backend here can honour: refused by name (see `unsupported_fields`).
+    functions: list[Any] | None = None
+    function_call: Any = None
+    audio: Any = None
+    modalities: list[str] | None = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
 
     @model_validator(mode="after")
     def _tokens_agree(self) -> ChatCompletionRequest:
@@ -67,23 +87,28 @@ class ChatCompletionRequest(SamplingFields):
         return self
 
     def unsupported_fields(self) -> list[str]:
-        """Fields sent with a meaning we do not implement yet: refused by name, never dropped."""
+        """OpenAI fields sent with a meaning no backend here implements: refused by name, never
+        dropped. (A backend refuses what only it cannot do, e.g. a grammar it cannot build.)"""
         refused = []
-        if self.logprobs:
-            refused.append("logprobs")
-        if self.top_logprobs:
-            refused.append("top_logprobs")
-        if self.logit_bias:
-            refused.append("logit_bias")
-        if self.tools:
-            refused.append("tools")
-        if self.tool_choice not in (None, "none"):
-            refused.append("tool_choice")
-        if self.response_format and self.response_format.get("type") != "text":
-            refused.append("response_format")
+        if self.functions:
+            refused.append("functions")  # deprecated by OpenAI in favour of `tools`
+        if self.function_call is not None:
+            refused.append("function_call")
+        if self.audio is not None or (self.modalities and set(self.modalities) != {"text"}):
+            refused.append("audio" if self.audio is not None else "modalities")
+        if self.prediction is not None:
+            refused.append("prediction")
+        if self.web_search_options is not None:
+            refused.append("web_search_options")
+        if self.reasoning_effort is not None:
+            refused.append("reasoning_effort")
+        if self.store:
+            refused.append("store")
         return refused
 
     def to_sampling_params(self) -> SamplingParams:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise BadRequestError("`top_logprobs` needs `logprobs: true`.", param="top_logprobs")
         return SamplingParams(
             max_tokens=self.max_completion_tokens or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -92,24 +117,53 @@ class ChatCompletionRequest(SamplingFields):
             seed=self.seed,
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
+            logprobs=(self.top_logprobs or 0) if self.logprobs else None,
+            logit_bias=self.logit_bias_ids(),
+            json_schema=self.response_format.output_schema() if self.response_format else None,
         )
 
+    def tools_spec(self) -> ToolsSpec | None:
+        return tools_spec(self.tools, self.tool_choice, self.parallel_tool_calls)
+
     def to_engine_messages(self) -> list[ChatMessage]:
-        return [
-            ChatMessage(role=m.role, content=m.text(i), name=m.name) for i, m in enumerate(self.messages)
-        ]
+        out = []
+        for i, m in enumerate(self.messages):
+            if m.role == "tool" and not m.tool_call_id:
+                raise BadRequestError(
+                    "A `tool` message needs `tool_call_id`.", param=f"messages[{i}].tool_call_id"
+                )
+            calls = [c.to_engine() for c in m.tool_calls] if m.tool_calls else None
+            out.append(
+                ChatMessage(
+                    role=m.role,
+                    content=m.text(i),
+                    name=m.name,
+                    tool_calls=calls,
+                    tool_call_id=m.tool_call_id,
+                )
+            )
+        return out
 
 
 class ChatCompletionMessage(ResponseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_calls(self, handler: Any) -> dict[str, Any]:
+        """`tool_calls` is absent (not null) when there are none, as in OpenAI's responses."""
+        data: dict[str, Any] = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
 class ChatCompletionChoice(ResponseModel):
     index: int
     message: ChatCompletionMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -127,6 +181,7 @@ class ChatDelta(ResponseModel):
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallChunk] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_none(self, handler: Any) -> dict[str, Any]:
@@ -136,7 +191,7 @@ class ChatDelta(ResponseModel):
 class ChatChunkChoice(ResponseModel):
     index: int
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
 
 

@@ -7,6 +7,7 @@ from pydantic import Field, field_validator
 from protocol.base import RequestModel, ResponseModel
 
 MAX_STOP_SEQUENCES = 4
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on the number of biased tokens
 
 
 class Usage(ResponseModel):
@@ -41,6 +42,25 @@ class SamplingFields(RequestModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_id_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        """Keys are token ids as strings (JSON object keys); values on OpenAI's -100..100 scale."""
+        if value is None:
+            return None
+        if len(value) > MAX_LOGIT_BIAS:
+            raise ValueError(f"at most {MAX_LOGIT_BIAS} tokens may be biased")
+        for key, bias in value.items():
+            if not key.lstrip("-").isdigit() or int(key) < 0:
+                raise ValueError(f"keys must be token ids, got {key[:20]!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError("biases must be between -100 and 100")
+        return value
+
+    def logit_bias_ids(self) -> dict[int, float] | None:
+        return {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
 
     @field_validator("stop")
     @classmethod

@@ -6,9 +6,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from protocol.base import RequestModel, ResponseModel
+from protocol.base import ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.generation import FinishReason, SamplingParams
+from protocol.tools import CompletionLogprobs
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 
@@ -22,7 +23,6 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = Field(None, ge=0, le=5)
-    logit_bias: dict[str, float] | None = None
     best_of: int | None = Field(None, ge=1)
 
     @field_validator("prompt")
@@ -44,16 +44,8 @@ class CompletionRequest(SamplingFields):
         return list(p)  # type: ignore[return-value]
 
     def unsupported_fields(self) -> list[str]:
-        refused = []
-        if self.suffix:
-            refused.append("suffix")
-        if self.logprobs:
-            refused.append("logprobs")
-        if self.logit_bias:
-            refused.append("logit_bias")
-        if self.best_of not in (None, 1, self.n):
-            refused.append("best_of")
-        return refused
+        """`best_of` > `n` means "sample more, return the best": no backend here ranks samples."""
+        return ["best_of"] if self.best_of not in (None, 1, self.n) else []
 
     def to_sampling_params(self) -> SamplingParams:
         return SamplingParams(
@@ -64,13 +56,16 @@ class CompletionRequest(SamplingFields):
             seed=self.seed,
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
+            logprobs=self.logprobs,
+            prompt_logprobs=self.logprobs if self.echo else None,
+            logit_bias=self.logit_bias_ids(),
         )
 
 
 class CompletionChoice(ResponseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None
 
 

@@ -8,9 +8,10 @@ format and map onto these with `to_sampling_params()`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length", "abort", "tool_calls"]
+ToolChoiceMode = Literal["none", "auto", "required", "function"]
 
 
 @dataclass(slots=True)
@@ -24,6 +25,24 @@ class SamplingParams:
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    # Log-probabilities of the sampled tokens: None = none; k >= 0 = also the k likeliest tokens.
+    logprobs: int | None = None
+    # The same for the prompt tokens (completions `echo` + `logprobs`); the first token has none.
+    prompt_logprobs: int | None = None
+    # Added to the logits of these token ids before sampling (OpenAI's -100..100 scale).
+    logit_bias: dict[int, float] | None = None
+    # Constrain the output to JSON that validates against this schema (`{"type": "object"}` for
+    # response_format json_object): a grammar on llama.cpp, guided decoding on vLLM.
+    json_schema: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A call the assistant made in an earlier turn (`arguments` is the JSON text, as on the wire)."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(slots=True)
@@ -33,6 +52,37 @@ class ChatMessage:
     role: str
     content: str
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(slots=True)
+class FunctionTool:
+    """A function the model may call; `parameters` is its arguments' JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolsSpec:
+    """`tools` + `tool_choice` + `parallel_tool_calls`, normalised.
+
+    `choice` is `function` when one named function is forced (`name` says which). `required` and
+    `function` must constrain the output so that a call is made, not merely ask for one.
+    """
+
+    tools: list[FunctionTool]
+    choice: ToolChoiceMode = "auto"
+    name: str | None = None
+    parallel: bool = True
+
+    def offered(self) -> list[FunctionTool]:
+        """The tools a call may use: all of them, or the forced one."""
+        if self.choice == "function":
+            return [t for t in self.tools if t.name == self.name]
+        return list(self.tools) if self.choice != "none" else []
 
 
 @dataclass(slots=True)
@@ -47,6 +97,9 @@ class GenerateRequest:
     sampling: SamplingParams
     prompt: str | list[int] | None = None
     messages: list[ChatMessage] | None = None
+    tools: ToolsSpec | None = None
+    # Completions `suffix`: fill in the middle between `prompt` and `suffix` (needs FIM tokens).
+    suffix: str | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -55,17 +108,52 @@ class GenerateRequest:
 
 
 @dataclass(slots=True)
+class TopLogprob:
+    token: str
+    token_bytes: bytes
+    logprob: float
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """One token: its text, raw bytes (a token may hold half a UTF-8 character), its
+    log-probability under the model, and the likeliest alternatives, most likely first.
+    `logprob` is None only for the first prompt token, which nothing predicts."""
+
+    token: str
+    token_bytes: bytes
+    logprob: float | None
+    top: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of a tool call. The first piece of call `index` carries `id` and `name`; later
+    pieces only append to `arguments` (the way OpenAI streams them)."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(slots=True)
 class Delta:
     """A piece of generated text. The last delta of a sequence has `finish_reason` set.
 
     `prompt_tokens` / `completion_tokens` are the engine's own running counts, so usage is exact
-    without re-tokenising anything in the gateway.
+    without re-tokenising anything in the gateway. `logprobs` covers the tokens generated since
+    the previous delta (text may lag behind them while a stop string is undecided);
+    `prompt_logprobs` arrives once, on the first delta, when it was asked for.
     """
 
     text: str
     completion_tokens: int
     prompt_tokens: int
     finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(slots=True)
@@ -82,3 +170,21 @@ class EmbedResult:
 
     embeddings: list[list[float]]
     prompt_tokens: int
+
+
+@dataclass(slots=True)
+class TokenizeRequest:
+    """vLLM's `/tokenize`: text (`prompt`) or chat `messages` rendered by the model's template."""
+
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    tools: ToolsSpec | None = None
+
+
+@dataclass(slots=True)
+class TokenizeResult:
+    tokens: list[int]
+    token_strs: list[str]
+    max_model_len: int

@@ -21,7 +21,7 @@ from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
 from server.requests import UnknownFieldLog
-from server.routes import admin, chat, completions, embeddings, models, ops
+from server.routes import admin, chat, completions, embeddings, models, ops, tokenize
 from server.settings import Settings, load_config, seed_specs
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, admin, ops):
+    for module in (chat, completions, embeddings, models, admin, ops, tokenize):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -33,6 +33,8 @@ access_log = logging.getLogger("raygate.access")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PROBES = frozenset({"/health", "/ready", "/metrics"})
+# vLLM-style tokenizer endpoints live outside /v1 but serve models, so they need a key too.
+TOKENIZER_PATHS = frozenset({"/tokenize", "/detokenize"})
 
 
 def request_id_from(header: str | None) -> str:
@@ -64,7 +66,7 @@ class GatewayMiddleware:
             return None
         if self.lifecycle.draining:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
-        if self.keys.enabled and (path == "/v1" or path.startswith("/v1/")):
+        if self.keys.enabled and (path == "/v1" or path.startswith("/v1/") or path in TOKENIZER_PATHS):
             try:
                 ctx.key = self.keys.authenticate(headers.getlist("authorization"))
             except OpenAIError as exc:

@@ -13,7 +13,7 @@ from backends.registry import ModelRegistry
 from protocol.base import RequestModel
 from protocol.config import Task
 from protocol.errors import BadRequestError, UnsupportedParameterError
-from protocol.generation import Delta
+from protocol.generation import Delta, TokenLogprob
 from server.auth import check_model_access
 from server.context import request_context
 from server.guard import ModelHandle, open_model
@@ -41,13 +41,14 @@ class UnknownFieldLog:
                 log.warning("ignoring unknown field %r on %s", name, endpoint)
 
 
-def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task) -> ModelHandle:
-    """The model the body names, checked against the API key, and admitted (or refused with 429)."""
+def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task | None) -> ModelHandle:
+    """The model the body names, checked against the API key, and admitted (or refused with 429).
+    `task=None`: any model will do (tokenizers)."""
     registry: ModelRegistry = request.app.state.registry
     request.app.state.unknown_fields.note(endpoint, body)
     router = registry.get(str(getattr(body, "model")))
     check_model_access(request_context(request).key, router.config.ids)
-    if router.config.task != task:
+    if task is not None and router.config.task != task:
         raise BadRequestError(
             f"Model `{router.config.name}` serves {_TASK_ENDPOINTS[router.config.task]}, "
             f"not {_TASK_ENDPOINTS[task]}.",
@@ -68,13 +69,26 @@ def sample_seed(seed: int | None, sample: int) -> int | None:
 
 
 @dataclass
+class CallSoFar:
+    """A tool call assembled from its streamed pieces."""
+
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Tally:
-    """Per-choice text, finish reason and token counts, for non-streamed bodies and usage."""
+    """Per-choice text, tool calls, logprobs, finish reason and token counts, for non-streamed
+    bodies and usage."""
 
     texts: dict[int, list[str]] = field(default_factory=dict)
     finish: dict[int, str | None] = field(default_factory=dict)
     prompt_tokens: dict[int, int] = field(default_factory=dict)
     completion_tokens: dict[int, int] = field(default_factory=dict)
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
+    prompt_logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
+    calls: dict[int, dict[int, CallSoFar]] = field(default_factory=dict)
 
     def add(self, index: int, delta: Delta) -> None:
         self.texts.setdefault(index, []).append(delta.text)
@@ -82,6 +96,18 @@ class Tally:
         self.completion_tokens[index] = delta.completion_tokens
         if delta.finish_reason is not None:
             self.finish[index] = delta.finish_reason
+        if delta.logprobs:
+            self.logprobs.setdefault(index, []).extend(delta.logprobs)
+        if delta.prompt_logprobs:
+            self.prompt_logprobs[index] = delta.prompt_logprobs
+        for piece in delta.tool_calls or ():
+            call = self.calls.setdefault(index, {}).setdefault(piece.index, CallSoFar())
+            call.id = piece.id or call.id
+            call.name = piece.name or call.name
+            call.arguments.append(piece.arguments)
+
+    def tool_calls(self, index: int) -> list[CallSoFar]:
+        return [c for _, c in sorted(self.calls.get(index, {}).items())]
 
     def text(self, index: int) -> str:
         return "".join(self.texts.get(index, []))

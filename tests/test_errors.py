@@ -95,9 +95,9 @@ def test_wrong_task_and_unsupported_fields_are_400(base_url: str) -> None:
     r = post(
         base_url,
         "/chat/completions",
-        json={"model": CHAT_MODEL, "messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        json={"model": CHAT_MODEL, "messages": HELLO, "functions": [{"name": "f"}]},
     )
-    err = assert_error(r, 400, "unsupported_parameter", "tools")
+    err = assert_error(r, 400, "unsupported_parameter", "functions")
     assert "llama_cpp" in err["message"]
     r = post(
         base_url,

@@ -1,0 +1,41 @@
+"""Assembling `Delta`s from decoded text, for any engine that decodes token by token."""
+
+from __future__ import annotations
+
+from backends import tool_calls
+from protocol.generation import Delta, FinishReason, TokenLogprob, ToolCallDelta
+
+
+class DeltaBuilder:
+    """Turns decoded text into `Delta`s: routes it through the tool-call parser when tools are on,
+    and attaches the logprobs gathered since the previous delta."""
+
+    def __init__(self, n_prompt: int, parser: tool_calls.ToolCallParser | None) -> None:
+        self.n_prompt = n_prompt
+        self.n_out = 0
+        self.parser = parser
+        self.logprobs: list[TokenLogprob] = []
+        self.prompt_logprobs: list[TokenLogprob] | None = None
+
+    def delta(self, text: str, finish: FinishReason | None = None) -> Delta | None:
+        calls: list[ToolCallDelta] = []
+        if self.parser is not None:
+            text, calls = self.parser.push(text)
+            if finish is not None:
+                tail, more = self.parser.finish()
+                text, calls = text + tail, calls + more
+                if finish == "stop" and self.parser.called:
+                    finish = "tool_calls"
+        if finish is None and not (text or calls or self.logprobs or self.prompt_logprobs):
+            return None
+        delta = Delta(
+            text,
+            self.n_out,
+            self.n_prompt,
+            finish,
+            logprobs=self.logprobs or None,
+            tool_calls=calls or None,
+            prompt_logprobs=self.prompt_logprobs,
+        )
+        self.logprobs, self.prompt_logprobs = [], None
+        return delta

@@ -1,0 +1,263 @@
+"""llama.cpp sampling for one request: the sampler chain, grammars, and log-probabilities.
+
+llama-cpp-python's own `Llama.generate` builds a fixed chain without logit bias or lazy grammars,
+so the engine builds its own from llama.cpp's samplers:
+
+    [grammar] -> logit_bias -> penalties -> greedy | (temperature -> top_p -> random draw)
+
+A grammar checks every candidate against its rules, which over a 49k vocabulary costs several
+times the model's own step. So, as llama.cpp's own `common_sampler` does, the token is first
+drawn without the grammar and only checked against it; the grammar masks the whole distribution
+(and the draw is repeated) only when that token does not fit. The result is the same
+distribution, because masking commutes with the additive bias and penalties.
+
+Temperature comes before top_p as in OpenAI's and vLLM's definition (the nucleus is taken from
+the tempered distribution). Reported logprobs are the model's raw distribution at each step
+(before bias, penalties, grammar and temperature), as vLLM reports them by default.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from llama_cpp._internals import LlamaSampler
+from llama_cpp.llama_grammar import SchemaConverter
+
+from backends import tool_calls
+from protocol.errors import BadRequestError, UnsupportedParameterError
+from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
+
+BACKEND = "llama_cpp"
+# Tokens the repetition penalties look back over (llama-cpp-python's default).
+PENALTY_LAST_N = 64
+
+
+def _converter() -> SchemaConverter:
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _schema_grammar(schema: dict[str, Any]) -> str:
+    conv = _converter()
+    conv.visit(conv.resolve_refs(schema, "request"), "")
+    return str(conv.format_grammar())
+
+
+def _tool_grammar(tools: ToolsSpec) -> str:
+    """`<tool_call>` blocks whose JSON is a call to one of the offered tools: one block, or
+    several separated by newlines when parallel calls are allowed."""
+    conv = _converter()
+    call = conv.visit(conv.resolve_refs(tool_calls.call_schema(tools.offered()), "tools"), "tool-call")
+    open_, close = json.dumps(tool_calls.OPEN + "\n"), json.dumps("\n" + tool_calls.CLOSE)
+    block = conv._add_rule("tool-call-block", f"{open_} {call} {close}")
+    conv._add_rule("root", f"{block}+" if tools.parallel else block)
+    return str(conv.format_grammar())
+
+
+def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str, bool] | None:
+    """The GBNF grammar constraining this request and whether it is lazy (waits for the
+    `<tool_call>` trigger), or None. Raises a 400 for a schema the converter cannot handle."""
+    use_tools = tool_calls.active(tools)
+    if sampling.json_schema is not None and use_tools:
+        raise UnsupportedParameterError(
+            f"`response_format` together with `tools` is not supported by the {BACKEND} backend "
+            "(set `tool_choice: none`, or drop one of them).",
+            param="response_format",
+        )
+    try:
+        if sampling.json_schema is not None:
+            return _schema_grammar(sampling.json_schema), False
+        if use_tools:
+            assert tools is not None
+            return _tool_grammar(tools), not tool_calls.forced(tools)
+    except Exception as exc:  # the converter raises plain errors on schemas it cannot express
+        param = "response_format" if sampling.json_schema is not None else "tools"
+        raise BadRequestError(f"Cannot turn the JSON schema into a grammar: {exc}", param=param) from None
+    return None
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+
+
+class TokenSampler:
+    """Draws the next token from the last evaluated position; owns its llama.cpp samplers."""
+
+    def __init__(self, chain: LlamaSampler, grammar: Any, n_vocab: int) -> None:
+        self._chain = chain
+        self._grammar = grammar
+        self._n_vocab = n_vocab
+        if grammar is not None:
+            self._cur = (llama_cpp.llama_token_data * n_vocab)()
+            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
+            self._ids = np.arange(n_vocab, dtype=np.int32)
+            self._one = (llama_cpp.llama_token_data * 1)()
+
+    def sample(self, llm: Any) -> int:
+        if self._grammar is None:
+            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, llm._ctx.ctx, -1))
+        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        token = self._draw(logits, masked=False)
+        if not self._fits(token):
+            token = self._draw(logits, masked=True)
+        llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain.sampler, token)
+        return token
+
+    def _draw(self, logits: np.ndarray, masked: bool) -> int:
+        # Samplers sort and shrink the array in place: refill it every time.
+        self._view["id"] = self._ids
+        self._view["logit"] = logits
+        self._view["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._cur, llama_cpp.llama_token_data_p),
+            size=self._n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        if masked:
+            llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(cur))
+        llama_cpp.llama_sampler_apply(self._chain.sampler, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:
+            raise RuntimeError("the sampler chain selected no token")
+        return int(cur.data[cur.selected].id)
+
+    def _fits(self, token: int) -> bool:
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 1.0, 0.0  # type: ignore[assignment]
+        one = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._one, llama_cpp.llama_token_data_p), size=1, selected=-1, sorted=False
+        )
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(one))
+        return bool(np.isfinite(one.data[0].logit))
+
+    def close(self) -> None:
+        """Idempotent; also runs on garbage collection (a request cancelled while its sampler
+        was being built never reaches the decode loop that normally closes it)."""
+        self._chain.close()
+        if self._grammar is not None:
+            llama_cpp.llama_sampler_free(self._grammar)
+            self._grammar = None
+
+    __del__ = close
+
+
+def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, seed: int) -> TokenSampler:
+    n_vocab = llm.n_vocab()
+    vocab = llm._model.vocab
+    chain = LlamaSampler()
+    if sampling.logit_bias:
+        bad = [t for t in sampling.logit_bias if not 0 <= t < n_vocab]
+        if bad:
+            raise BadRequestError(
+                f"`logit_bias` names token {bad[0]}; this model's token ids are 0..{n_vocab - 1}.",
+                param="logit_bias",
+            )
+        chain.add_logit_bias(n_vocab, sampling.logit_bias)
+    if sampling.presence_penalty or sampling.frequency_penalty:
+        chain.add_penalties(
+            n_vocab, PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
+        )
+    if sampling.temperature == 0:
+        chain.add_greedy()
+    else:
+        chain.add_temp(sampling.temperature)
+        chain.add_top_p(sampling.top_p, 1)
+        chain.add_dist(seed)
+    grammar = grammar_for(sampling, tools)
+    if grammar is None:
+        return TokenSampler(chain, None, n_vocab)
+    text, lazy = grammar
+    if lazy:
+        patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())
+        no_tokens = (llama_cpp.llama_token * 0)()
+        sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            vocab, text.encode(), b"root", patterns, 1, no_tokens, 0
+        )
+    else:
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+    if not sampler:  # NULL: llama.cpp could not parse the grammar (it logs why)
+        chain.close()
+        raise BadRequestError(
+            "llama.cpp could not compile the grammar for this schema.",
+            param="response_format" if sampling.json_schema is not None else "tools",
+        )
+    return TokenSampler(chain, sampler, n_vocab)
+
+
+# -- log-probabilities --------------------------------------------------------------------------
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    shifted = x - x.max()
+    return np.asarray(shifted - np.log(np.exp(shifted).sum()))
+
+
+def _piece(llm: Any, token: int) -> tuple[str, bytes]:
+    raw = bytes(llm._model.detokenize([token], special=True))
+    return raw.decode("utf-8", errors="replace"), raw
+
+
+def logprob_at(llm: Any, row: int, token: int, top: int) -> TokenLogprob:
+    """`token`'s logprob under the logits of output `row` (-1: the last), and the `top` likeliest.
+
+    Values are converted to Python floats here: numpy scalars do not pickle across Ray cheaply
+    and do not serialise to JSON at all.
+    """
+    n_vocab = llm.n_vocab()
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, row), shape=(n_vocab,))
+    lp = _log_softmax(logits)
+    alternatives: list[TopLogprob] = []
+    if top > 0:
+        best = np.argpartition(-lp, top)[:top]
+        for t in best[np.argsort(-lp[best])]:
+            text, raw = _piece(llm, int(t))
+            alternatives.append(TopLogprob(text, raw, float(lp[t])))
+    text, raw = _piece(llm, token)
+    return TokenLogprob(text, raw, float(lp[token]), alternatives)
+
+
+def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[TokenLogprob]:
+    """Evaluate the whole prompt keeping every position's logits (llama-cpp-python keeps only the
+    last unless the model was loaded with `logits_all`), and score each prompt token.
+
+    Mirrors `Llama.eval`'s bookkeeping so later `eval` calls and prefix reuse stay correct.
+    """
+    llm.reset()
+    llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+    text, raw = _piece(llm, tokens[0])
+    scored = [TokenLogprob(text, raw, None)]
+    n_past = 0
+    for start in range(0, len(tokens), llm.n_batch):
+        chunk = tokens[start : start + llm.n_batch]
+        llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[n_past : n_past + len(chunk)] = chunk
+        for row in range(len(chunk)):
+            nxt = n_past + row + 1
+            if nxt < len(tokens):
+                scored.append(logprob_at(llm, row, tokens[nxt], top))
+        n_past += len(chunk)
+        llm.n_tokens = n_past
+    return scored
+
+
+def prefill(llm: Any, tokens: list[int]) -> None:
+    """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
+    request (as `Llama.generate` does). At least one token is always evaluated, so the logits to
+    sample from belong to this prompt."""
+    cached = llm.input_ids[: llm.n_tokens]
+    shared = 0
+    for a, b in zip(cached, tokens, strict=False):
+        if a != b:
+            break
+        shared += 1
+    shared = min(shared, len(tokens) - 1)
+    if shared > 0 and llm._ctx.kv_cache_seq_rm(-1, shared, -1):
+        llm.n_tokens = shared
+    else:
+        llm.reset()
+    llm.eval(tokens[llm.n_tokens :])

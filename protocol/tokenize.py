@@ -1,0 +1,80 @@
+"""`POST /tokenize` and `POST /detokenize`, in vLLM's shapes (so tools written for vLLM work)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
+
+from protocol.base import RequestModel, ResponseModel
+from protocol.chat import ChatMessageIn
+from protocol.errors import BadRequestError
+from protocol.generation import ChatMessage, TokenizeRequest, ToolsSpec
+from protocol.tools import ToolDefinition, tools_spec
+
+
+class TokenizeBody(RequestModel):
+    """Either `prompt` (vLLM's TokenizeCompletionRequest) or `messages` (TokenizeChatRequest)."""
+
+    model: str = Field(min_length=1)
+    prompt: str | None = None
+    messages: list[ChatMessageIn] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    return_token_strs: bool = False
+    tools: list[ToolDefinition] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeBody:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send either `prompt` or `messages`")
+        return self
+
+    def unsupported_fields(self) -> list[str]:
+        return [
+            name
+            for name in ("continue_final_message", "chat_template", "chat_template_kwargs")
+            if getattr(self, name)
+        ]
+
+    def to_engine(self) -> TokenizeRequest:
+        messages: list[ChatMessage] | None = None
+        tools: ToolsSpec | None = None
+        if self.messages is not None:
+            messages = []
+            for i, m in enumerate(self.messages):
+                if m.role == "tool" and not m.tool_call_id:
+                    raise BadRequestError("A `tool` message needs `tool_call_id`.", param="messages")
+                calls = [c.to_engine() for c in m.tool_calls] if m.tool_calls else None
+                messages.append(ChatMessage(m.role, m.text(i), m.name, calls, m.tool_call_id))
+            tools = tools_spec(self.tools, None, None)
+        # vLLM's defaults: special tokens for plain text, none added around a rendered chat.
+        special = self.add_special_tokens if self.add_special_tokens is not None else messages is None
+        return TokenizeRequest(
+            prompt=self.prompt,
+            messages=messages,
+            add_special_tokens=special,
+            add_generation_prompt=self.add_generation_prompt,
+            tools=tools,
+        )
+
+
+class TokenizeResponse(ResponseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"token_strs"})
+
+
+class DetokenizeBody(RequestModel):
+    model: str = Field(min_length=1)
+    tokens: list[int] = Field(min_length=1)
+
+
+class DetokenizeResponse(ResponseModel):
+    prompt: str

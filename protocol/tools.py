@@ -1,0 +1,222 @@
+"""Wire shapes for function tools, structured output and log-probabilities (chat and completions).
+
+They live apart from `chat.py` because several of them are shared: completions report logprobs
+too, and the tool-call shapes appear in requests (earlier turns), responses and stream chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_serializer, model_validator
+
+from protocol.base import RequestModel, ResponseModel
+from protocol.generation import FunctionTool, TokenLogprob, ToolCall, ToolsSpec, TopLogprob
+
+# OpenAI's documented limit for function names.
+FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# OpenAI's value for "far outside the top alternatives"; JSON has no -Infinity.
+MIN_LOGPROB = -9999.0
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+class FunctionDefinition(RequestModel):
+    name: str = Field(pattern=FUNCTION_NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(RequestModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(RequestModel):
+    name: str
+
+
+class NamedToolChoice(RequestModel):
+    type: Literal["function"]
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+def tools_spec(
+    tools: list[ToolDefinition] | None, choice: ToolChoice | None, parallel: bool | None
+) -> ToolsSpec | None:
+    """Normalise `tools` / `tool_choice`; a choice that names nothing offered is a 400."""
+    from protocol.errors import BadRequestError
+
+    if not tools:
+        if choice is not None and choice != "none":
+            raise BadRequestError("`tool_choice` needs `tools`.", param="tool_choice")
+        return None
+    functions = [FunctionTool(t.function.name, t.function.description, t.function.parameters) for t in tools]
+    names = [f.name for f in functions]
+    if len(set(names)) != len(names):
+        raise BadRequestError("Tool function names must be unique.", param="tools")
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in names:
+            raise BadRequestError(
+                f"`tool_choice` names `{choice.function.name}`, which is not in `tools`.",
+                param="tool_choice",
+            )
+        return ToolsSpec(functions, "function", choice.function.name, parallel is not False)
+    return ToolsSpec(functions, choice or "auto", None, parallel is not False)
+
+
+class JsonSchemaFormat(RequestModel):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(RequestModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("`json_schema` is required when type is `json_schema`")
+        return self
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the output must satisfy, or None for free text."""
+        if self.type == "json_object":
+            return {"type": "object"}
+        if self.type == "json_schema" and self.json_schema is not None:
+            return self.json_schema.schema_ or {}
+        return None
+
+
+class FunctionCallIn(RequestModel):
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+    @field_validator("arguments")
+    @classmethod
+    def _as_text(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        return value if isinstance(value, str) else json.dumps(value)
+
+
+class ToolCallIn(RequestModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+    def to_engine(self) -> ToolCall:
+        return ToolCall(self.id, self.function.name, str(self.function.arguments))
+
+
+# -- responses ------------------------------------------------------------------------------------
+
+
+class FunctionCallOut(ResponseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(ResponseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class FunctionCallChunk(ResponseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ToolCallChunk(ResponseModel):
+    """A streamed piece of a call: `index` is on every piece (clients key on it)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallChunk | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+def _clamp(logprob: float | None) -> float:
+    return MIN_LOGPROB if logprob is None else max(float(logprob), MIN_LOGPROB)
+
+
+class TopLogprobOut(ResponseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+    @classmethod
+    def of(cls, top: TopLogprob) -> TopLogprobOut:
+        return cls(token=top.token, logprob=_clamp(top.logprob), bytes=list(top.token_bytes))
+
+
+class TokenLogprobOut(ResponseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprobOut]
+
+    @classmethod
+    def of(cls, lp: TokenLogprob) -> TokenLogprobOut:
+        return cls(
+            token=lp.token,
+            logprob=_clamp(lp.logprob),
+            bytes=list(lp.token_bytes),
+            top_logprobs=[TopLogprobOut.of(t) for t in lp.top],
+        )
+
+
+class ChoiceLogprobs(ResponseModel):
+    """Chat format: one entry per generated token."""
+
+    content: list[TokenLogprobOut] | None
+    refusal: list[TokenLogprobOut] | None = None
+
+    @classmethod
+    def of(cls, entries: list[TokenLogprob]) -> ChoiceLogprobs:
+        return cls(content=[TokenLogprobOut.of(e) for e in entries])
+
+
+class CompletionLogprobs(ResponseModel):
+    """Legacy completions format: parallel lists; `text_offset` counts characters into `text`."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, entries: list[TokenLogprob], start: int) -> CompletionLogprobs:
+        """An echoed first prompt token has no logprob (None), as in OpenAI's API."""
+        offsets, at = [], start
+        for e in entries:
+            offsets.append(at)
+            at += len(e.token)
+        return cls(
+            tokens=[e.token for e in entries],
+            token_logprobs=[None if e.logprob is None else _clamp(e.logprob) for e in entries],
+            top_logprobs=[
+                None
+                if e.logprob is None
+                # The sampled token is listed too, as OpenAI's legacy API does.
+                else {t.token: _clamp(t.logprob) for t in e.top} | {e.token: _clamp(e.logprob)}
+                for e in entries
+            ],
+            text_offset=offsets,
+        )

@@ -1,0 +1,216 @@
+"""The remaining OpenAI parameters: logit_bias, penalties, suffix, user, fields no backend here
+can honour, and vLLM's /tokenize and /detokenize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+ASK: list[Any] = [{"role": "user", "content": "Name a fruit."}]
+
+
+def root(base_url: str) -> str:
+    return base_url.removesuffix("/v1")
+
+
+def token_ids(base_url: str, text: str, model: str = CHAT_MODEL) -> list[int]:
+    r = httpx.post(f"{root(base_url)}/tokenize", json={"model": model, "prompt": text}, timeout=60)
+    assert r.status_code == 200, r.text
+    return list(r.json()["tokens"])
+
+
+def test_logit_bias_forces_and_bans(client: openai.OpenAI, base_url: str) -> None:
+    (banana,) = token_ids(base_url, " banana")
+    forced = client.chat.completions.create(
+        model=CHAT_MODEL, messages=ASK, max_tokens=3, logit_bias={str(banana): 100}, temperature=1.0, seed=1
+    )
+    assert forced.choices[0].message.content == " banana" * 3
+    free = client.completions.create(
+        model=CHAT_MODEL, prompt="My favourite fruit is", max_tokens=1, temperature=0
+    )
+    first = token_ids(base_url, free.choices[0].text)[0]
+    banned = client.completions.create(
+        model=CHAT_MODEL,
+        prompt="My favourite fruit is",
+        max_tokens=1,
+        temperature=0,
+        logit_bias={str(first): -100},
+    )
+    assert banned.choices[0].text and banned.choices[0].text != free.choices[0].text
+
+
+@pytest.mark.parametrize("bias", [{"x": 1}, {"5": 101}, {"-3": 1}, {"99999999": 5}])
+def test_bad_logit_bias_is_400(base_url: str, bias: dict[str, float]) -> None:
+    r = httpx.post(
+        f"{base_url}/chat/completions",
+        json={"model": CHAT_MODEL, "messages": ASK, "max_tokens": 2, "logit_bias": bias},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "logit_bias"
+
+
+def test_frequency_penalty_changes_a_repetitive_greedy_text(client: openai.OpenAI) -> None:
+    def say(**kw: float) -> str:
+        return (
+            client.completions.create(
+                model=CHAT_MODEL,
+                prompt="la la la la la la",
+                max_tokens=12,
+                temperature=0,
+                **kw,  # type: ignore[arg-type]
+            )
+            .choices[0]
+            .text
+        )
+
+    plain = say()
+    assert say(frequency_penalty=2.0) != plain
+    assert say(presence_penalty=2.0) != plain
+    assert say(frequency_penalty=0.0) == plain
+
+
+def test_suffix_needs_a_fill_in_the_middle_model(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.completions.create(
+            model=CHAT_MODEL, prompt="def add(a, b):", suffix="    return c", max_tokens=4
+        )
+    assert exc.value.code == "unsupported_parameter"
+    body: Any = exc.value.body
+    assert body["param"] == "suffix" and "llama_cpp" in body["message"] and "FIM" in body["message"]
+
+
+def test_user_is_accepted(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(model=CHAT_MODEL, messages=ASK, max_tokens=2, user="user-1234")
+    assert out.choices[0].message.content is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("store", True),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("modalities", ["text", "audio"]),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("web_search_options", {}),
+        ("reasoning_effort", "low"),
+    ],
+)
+def test_fields_no_backend_honours_are_refused_by_name(base_url: str, field: str, value: Any) -> None:
+    r = httpx.post(
+        f"{base_url}/chat/completions",
+        json={"model": CHAT_MODEL, "messages": ASK, "max_tokens": 2, field: value},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field and err["code"] == "unsupported_parameter"
+
+
+def test_harmless_settings_of_those_fields_are_accepted(base_url: str) -> None:
+    r = httpx.post(
+        f"{base_url}/chat/completions",
+        json={
+            "model": CHAT_MODEL,
+            "messages": ASK,
+            "max_tokens": 2,
+            "store": False,
+            "modalities": ["text"],
+            "service_tier": "auto",
+        },
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_best_of_above_n_is_refused(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.completions.create(model=CHAT_MODEL, prompt="x", max_tokens=2, best_of=3)
+    assert exc.value.code == "unsupported_parameter"
+
+
+def test_tokenize_and_detokenize(base_url: str) -> None:
+    url = root(base_url)
+    r = httpx.post(
+        f"{url}/tokenize",
+        json={"model": CHAT_MODEL, "prompt": "Hello world", "return_token_strs": True},
+        timeout=60,
+    )
+    assert r.status_code == 200
+    body = r.json()
+    # SmolLM2's GPT-2 style vocabulary: "Hello" = 19556, " world" = 905.
+    assert body == {
+        "count": 2,
+        "max_model_len": 2048,
+        "tokens": [19556, 905],
+        "token_strs": ["Hello", " world"],
+    }
+    assert (
+        "token_strs"
+        not in httpx.post(f"{url}/tokenize", json={"model": "smollm2", "prompt": "Hi"}, timeout=60).json()
+    )
+    r = httpx.post(f"{url}/detokenize", json={"model": CHAT_MODEL, "tokens": [19556, 905]}, timeout=60)
+    assert r.json() == {"prompt": "Hello world"}
+
+    chat = httpx.post(
+        f"{url}/tokenize",
+        json={
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "return_token_strs": True,
+        },
+        timeout=60,
+    ).json()
+    assert "".join(chat["token_strs"]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    no_prompt = httpx.post(
+        f"{url}/tokenize",
+        json={
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "add_generation_prompt": False,
+        },
+        timeout=60,
+    ).json()
+    assert no_prompt["count"] < chat["count"]
+
+    # The embedding model has its own (BERT word-piece) tokenizer, with [CLS] ... [SEP].
+    emb = httpx.post(
+        f"{url}/tokenize",
+        json={"model": EMBED_MODEL, "prompt": "hello world", "return_token_strs": True},
+        timeout=60,
+    ).json()
+    assert emb["max_model_len"] == 512 and emb["token_strs"] == ["[CLS]", " hello", " world", "[SEP]"]
+    back = httpx.post(
+        f"{url}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60
+    ).json()
+    assert back["prompt"].strip() == "hello world"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param"),
+    [
+        ("/tokenize", {"model": CHAT_MODEL}, 400, None),
+        (
+            "/tokenize",
+            {"model": CHAT_MODEL, "prompt": "x", "messages": [{"role": "user", "content": "x"}]},
+            400,
+            None,
+        ),
+        ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model"),
+        ("/tokenize", {"model": CHAT_MODEL, "prompt": "x", "chat_template": "{{x}}"}, 400, "chat_template"),
+        ("/detokenize", {"model": CHAT_MODEL, "tokens": [10**9]}, 400, "tokens"),
+        ("/detokenize", {"model": CHAT_MODEL, "tokens": []}, 400, "tokens"),
+    ],
+)
+def test_tokenizer_errors(
+    base_url: str, path: str, body: dict[str, Any], status: int, param: str | None
+) -> None:
+    r = httpx.post(f"{root(base_url)}{path}", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    if param is not None:
+        assert r.json()["error"]["param"] == param

@@ -1,0 +1,213 @@
+"""Tools through the openai SDK: forced calls really happen (the output is grammar-constrained),
+calls stream with `index` on every piece, and follow-up turns render through the template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.conftest import CHAT_MODEL
+from tests.support.openapi import validate
+
+WEATHER_PARAMS = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 30},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TIME_PARAMS = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "maxLength": 20}},
+    "required": ["zone"],
+}
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": WEATHER_PARAMS,
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Current time in a time zone",
+            "parameters": TIME_PARAMS,
+        },
+    },
+]
+PARAMS = {"get_weather": WEATHER_PARAMS, "get_time": TIME_PARAMS}
+ASK: list[Any] = [{"role": "user", "content": "What is the weather like in Paris?"}]
+
+
+def post(base_url: str, **body: Any) -> httpx.Response:
+    return httpx.post(f"{base_url}/chat/completions", json={"model": CHAT_MODEL, **body}, timeout=120)
+
+
+def check_calls(message: dict[str, Any], names: set[str], content: bool = False) -> list[dict[str, Any]]:
+    """`content`: text before the call is allowed (only when the model chose to call)."""
+    calls = message["tool_calls"]
+    assert calls and (content or message["content"] is None)
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"]["name"] in names
+        jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[call["function"]["name"]])
+    assert len({c["id"] for c in calls}) == len(calls)
+    return list(calls)
+
+
+def test_required_forces_a_call(base_url: str) -> None:
+    r = post(base_url, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    validate(body, "CreateChatCompletionResponse")
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    check_calls(body["choices"][0]["message"], {"get_weather", "get_time"})
+
+
+def test_named_choice_forces_that_function(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model=CHAT_MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=60,
+        n=2,
+        seed=11,
+    )
+    assert len(out.choices) == 2
+    for choice in out.choices:
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.function.name == "get_time"
+        jsonschema.validate(json.loads(call.function.arguments), TIME_PARAMS)
+
+
+def test_auto_lets_the_model_choose(base_url: str) -> None:
+    # The tiny model copies text it is asked to repeat; once it writes the opening tag, the
+    # grammar takes over and the rest is a valid call.
+    echo = [{"role": "user", "content": "Repeat after me: 'Hello <tool_call>'"}]
+    body = post(base_url, messages=echo, tools=TOOLS, tool_choice="auto", max_tokens=60, temperature=0).json()
+    validate(body, "CreateChatCompletionResponse")
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    check_calls(body["choices"][0]["message"], {"get_weather", "get_time"}, content=True)
+    # Asked nothing tool-like, it answers in text: a message with content and no tool_calls.
+    chat = [{"role": "user", "content": "Say hello."}]
+    body = post(base_url, messages=chat, tools=TOOLS, max_tokens=12, temperature=0).json()
+    validate(body, "CreateChatCompletionResponse")
+    message = body["choices"][0]["message"]
+    assert "tool_calls" not in message and message["content"]
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_none_never_calls(base_url: str) -> None:
+    echo = [{"role": "user", "content": "Repeat after me: 'Hello <tool_call>'"}]
+    body = post(base_url, messages=echo, tools=TOOLS, tool_choice="none", max_tokens=40, temperature=0).json()
+    assert "tool_calls" not in body["choices"][0]["message"]
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_streamed_calls_carry_index_on_every_piece(client: openai.OpenAI, base_url: str) -> None:
+    with httpx.stream(
+        "POST",
+        f"{base_url}/chat/completions",
+        json={
+            "model": CHAT_MODEL,
+            "messages": ASK,
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "max_tokens": 60,
+            "stream": True,
+        },
+        timeout=120,
+    ) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    pieces = []
+    for c in chunks:
+        validate(c, "CreateChatCompletionStreamResponse")
+        for choice in c["choices"]:
+            pieces += choice["delta"].get("tool_calls", [])
+    assert pieces and all("index" in p for p in pieces)
+    first = pieces[0]
+    assert first["id"].startswith("call_") and first["type"] == "function" and first["function"]["name"]
+    assert all("id" not in p for p in pieces[1:] if p["index"] == first["index"])
+    assert len(pieces) > 2, "arguments should stream in several pieces"
+    arguments = "".join(p["function"].get("arguments", "") for p in pieces if p["index"] == 0)
+    jsonschema.validate(json.loads(arguments), PARAMS[first["function"]["name"]])
+    finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    assert finishes == ["tool_calls"]
+
+    # The SDK's own stream accumulator (what LangChain and agents use) reassembles the call.
+    with client.beta.chat.completions.stream(
+        model=CHAT_MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0
+    ) as stream:
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
+    jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+
+
+def test_follow_up_turn_with_tool_results(client: openai.OpenAI, base_url: str) -> None:
+    first = client.chat.completions.create(
+        model=CHAT_MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+    )
+    assert first.choices[0].message.tool_calls and len(first.choices[0].message.tool_calls) == 1
+    call = first.choices[0].message.tool_calls[0]
+    history: list[Any] = [
+        *ASK,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"},
+    ]
+    out = client.chat.completions.create(
+        model=CHAT_MODEL, messages=history, tools=TOOLS, tool_choice="none", max_tokens=20
+    )
+    assert out.choices[0].message.content and out.choices[0].message.tool_calls is None
+    # What the model saw: the earlier call and the tool's answer, rendered by its chat template.
+    tok = httpx.post(
+        f"{base_url.removesuffix('/v1')}/tokenize",
+        json={"model": CHAT_MODEL, "messages": history, "return_token_strs": True},
+        timeout=60,
+    ).json()
+    rendered = "".join(tok["token_strs"])
+    assert f'"name": "{call.function.name}"' in rendered
+    assert "<tool_response>\n18 degrees and sunny\n</tool_response>" in rendered
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools"),
+        ({"tools": [{"type": "retrieval"}]}, "tools"),
+        ({"tools": [TOOLS[0], TOOLS[0]]}, "tools"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"function_call": "auto"}, "function_call"),
+    ],
+)
+def test_bad_tool_requests_are_400(base_url: str, extra: dict[str, Any], param: str) -> None:
+    r = post(base_url, messages=ASK, max_tokens=2, **extra)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_tool_message_needs_its_call_id(base_url: str) -> None:
+    r = post(base_url, messages=[*ASK, {"role": "tool", "content": "x"}], max_tokens=2)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].tool_call_id"
