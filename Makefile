@@ -11,7 +11,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup serve test lint
+.PHONY: setup serve test lint bench
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,12 @@ test: setup
 
 lint: setup
 	$(BIN)/lint-imports
+
+# Benchmark-only dependencies (matplotlib, llama_cpp.server's extras); the llama-cpp-python wheel
+# itself is already installed, so pip only adds the extras. See README.md, "Performance".
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m bench $(BENCH_ARGS)
