@@ -1,8 +1,8 @@
 """The load client: fixed concurrency, a bounded number of streamed requests, loopback HTTP/1.1.
 
-Written on bare asyncio streams instead of httpx/aiohttp because the client shares two cores with
-the server it measures: at ~10k SSE frames/s a general-purpose client's per-frame cost would be
-measured as server time. Each worker keeps one keep-alive connection, as `vllm bench serve`'s
+Written on a bare asyncio protocol with httptools' C parser (both already installed with uvicorn)
+instead of httpx/aiohttp, because the client shares two cores with the server it measures: at ~10k
+SSE frames/s a general-purpose client's per-frame cost would be measured as server time. Each worker keeps one keep-alive connection, as `vllm bench serve`'s
 aiohttp session does. The same client drives every HTTP target, so their ratios are fair.
 
 Output tokens are `usage.completion_tokens` when the server sends usage (we always ask with
@@ -19,6 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import httptools
+import orjson
 
 from bench.metrics import RequestResult
 
@@ -55,113 +58,128 @@ def _text_of(event: dict[str, Any]) -> tuple[str, int | None, bool]:
     return "".join(parts), tokens, False
 
 
+class _ResponseProtocol(asyncio.Protocol):
+    """One keep-alive connection. Bytes are parsed where they arrive (`data_received`), by
+    httptools' C parser, and stamped with one clock reading per socket read."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._parser: httptools.HttpResponseParser | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._result: RequestResult | None = None
+        self._body = bytearray()
+        self._sse = b""
+        self._now = 0.0
+        self.status = 0
+        self.chunks = 0
+        self.usage_tokens: int | None = None
+        self.stream_error = ""
+        self.closed = False
+
+    def begin(self, result: RequestResult, done: asyncio.Future[None]) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._result, self._done = result, done
+        self._body.clear()
+        self._sse = b""
+        self.status, self.chunks, self.usage_tokens, self.stream_error = 0, 0, None, ""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._done is not None and not self._done.done():
+            self._done.set_exception(ConnectionResetError("server closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is None:
+            return
+        self._now = time.perf_counter()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if self._done is not None and not self._done.done():
+                self._done.set_exception(ConnectionResetError(f"bad HTTP response: {exc}"))
+
+    # httptools callbacks
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        self.status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        if self.status != 200:
+            self._body += body
+            return
+        buffer = (self._sse + body).replace(b"\r\n", b"\n")
+        *events, self._sse = buffer.split(b"\n\n")
+        for raw in events:
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data:"):
+                    self._on_data(line[5:].strip())
+
+    def _on_data(self, data: bytes) -> None:
+        if data == b"[DONE]":
+            return
+        text, tokens, is_error = _text_of(orjson.loads(data))
+        if is_error:
+            self.stream_error = data[:200].decode(errors="replace")
+        if tokens is not None:
+            self.usage_tokens = tokens
+        if text:
+            result = self._result
+            assert result is not None
+            self.chunks += 1
+            if result.first_token is None:
+                result.first_token = self._now
+            result.chunk_times.append(self._now)
+
+    def on_message_complete(self) -> None:
+        assert self._parser is not None
+        if not self._parser.should_keep_alive() and self.transport is not None:
+            self.transport.close()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    @property
+    def error_body(self) -> str:
+        return bytes(self._body[:200]).decode(errors="replace")
+
+
 class Connection:
-    """One keep-alive HTTP/1.1 connection that streams SSE responses."""
+    """A keep-alive HTTP/1.1 connection that streams SSE responses into `RequestResult`s."""
 
     def __init__(self, host: str, port: int) -> None:
         self._host, self._port = host, port
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ResponseProtocol | None = None
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
-        self._reader = self._writer = None
+        if self._protocol is not None and self._protocol.transport is not None:
+            self._protocol.transport.close()
+        self._protocol = None
 
     async def stream(self, path: str, payload: bytes, result: RequestResult, expected: int | None) -> None:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
-        reader, writer = self._reader, self._writer
-        assert reader is not None
+        loop = asyncio.get_running_loop()
+        if self._protocol is None or self._protocol.closed:
+            _, self._protocol = await loop.create_connection(_ResponseProtocol, self._host, self._port)
+        protocol = self._protocol
+        assert protocol.transport is not None
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
             f"Content-Length: {len(payload)}\r\n\r\n"
         ).encode()
+        done: asyncio.Future[None] = loop.create_future()
+        protocol.begin(result, done)
         result.sent = time.perf_counter()
-        writer.write(head + payload)
-        status_line = await reader.readline()
-        if not status_line:
-            raise ConnectionResetError("server closed the connection")
-        status = status_line.split(b" ", 2)[1].decode()
-        headers: dict[str, str] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        keep_alive = headers.get("connection", "").lower() != "close"
-        if status != "200":
-            body = await self._read_body(reader, headers)
-            raise HttpError(status, body[:200].decode(errors="replace"))
-        await self._read_sse(reader, headers, result, expected)
-        if not keep_alive:
-            await self.close()
-
-    async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while piece := await self._read_chunk(reader):
-                parts.append(piece)
-            return b"".join(parts)
-        if "content-length" in headers:
-            return await reader.readexactly(int(headers["content-length"]))
-        data = await reader.read()
-        await self.close()
-        return data
-
-    @staticmethod
-    async def _read_chunk(reader: asyncio.StreamReader) -> bytes:
-        size = int((await reader.readline()).split(b";", 1)[0], 16)
-        data = await reader.readexactly(size + 2)  # the chunk and its CRLF
-        if size == 0:
-            return b""
-        return data[:-2]
-
-    async def _read_sse(
-        self,
-        reader: asyncio.StreamReader,
-        headers: dict[str, str],
-        result: RequestResult,
-        expected: int | None,
-    ) -> None:
-        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-        buffer = b""
-        chunks = 0
-        usage_tokens: int | None = None
-        stream_error = ""
-        while True:
-            piece = await (self._read_chunk(reader) if chunked else reader.read(65536))
-            if not piece:
-                break
-            now = time.perf_counter()
-            buffer = (buffer + piece).replace(b"\r\n", b"\n")
-            *events, buffer = buffer.split(b"\n\n")
-            for raw in events:
-                for line in raw.split(b"\n"):
-                    if not line.startswith(b"data:"):
-                        continue  # comments (pings) and other fields
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        continue
-                    text, tokens, is_error = _text_of(json.loads(data))
-                    if is_error:
-                        stream_error = data[:200].decode(errors="replace")
-                    if tokens is not None:
-                        usage_tokens = tokens
-                    if text:
-                        chunks += 1
-                        if result.first_token is None:
-                            result.first_token = now
-                        result.chunk_times.append(now)
-        if not chunked:
-            await self.close()
+        protocol.transport.write(head + payload)
+        await done
         result.end = time.perf_counter()
-        result.output_tokens = usage_tokens if usage_tokens is not None else chunks
-        if stream_error:
-            result.status, result.error = "stream_error", stream_error
+        if protocol.status != 200:
+            raise HttpError(str(protocol.status), protocol.error_body)
+        result.output_tokens = protocol.usage_tokens if protocol.usage_tokens is not None else protocol.chunks
+        if protocol.stream_error:
+            result.status, result.error = "stream_error", protocol.stream_error
         elif expected is not None and result.output_tokens < expected:
             result.status, result.error = "incomplete", f"{result.output_tokens} of {expected} tokens"
         else:
@@ -223,7 +241,7 @@ def http_worker_factory(
                 result.status, result.error = exc.status, str(exc)
             except asyncio.TimeoutError:
                 result.status, result.error = "timeout", f"no end after {REQUEST_TIMEOUT_S:.0f}s"
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            except (OSError, ValueError) as exc:
                 result.status, result.error = "connection", repr(exc)[:200]
             if not result.ok:
                 result.end = None

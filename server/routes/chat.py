@@ -19,6 +19,7 @@ from protocol.chat import (
 )
 from protocol.common import Usage
 from protocol.generation import Delta, GenerateRequest
+from protocol.templates import TextTemplate, text_marker
 from server.fanout import merge
 from server.requests import Tally, new_id, resolve_model, sample_seed
 from server.streaming import sse_response
@@ -68,18 +69,34 @@ async def _chunks(
     deltas: AsyncIterator[tuple[int, Delta]],
 ) -> AsyncIterator[str]:
     tally = Tally()
+    marker = text_marker()
+    templates: dict[int, TextTemplate] = {}
 
     def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> str:
         return ChatCompletionChunk(
             id=completion_id, created=created, model=body.model, choices=choices, usage=usage
         ).to_json()
 
+    def text_chunk(index: int, text: str) -> str:
+        """The per-token chunk, from a template made of the same model (see protocol/templates)."""
+        if index not in templates:
+            model = ChatCompletionChunk(
+                id=completion_id,
+                created=created,
+                model=body.model,
+                choices=[ChatChunkChoice(index=index, delta=ChatDelta(content=marker))],
+            )
+            templates[index] = TextTemplate(model, marker)
+        return templates[index].render(text)
+
     async for index, delta in deltas:
         if index not in tally.texts:  # first delta of this choice: announce the role first
             yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content=""))])
         tally.add(index, delta)
         content = delta.text or None
-        if content is not None or delta.finish_reason is not None:
+        if content is not None and delta.finish_reason is None:
+            yield text_chunk(index, content)
+        elif content is not None or delta.finish_reason is not None:
             yield chunk(
                 [
                     ChatChunkChoice(
