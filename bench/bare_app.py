@@ -1,6 +1,10 @@
-"""The ceiling for "gateway alone": a bare ASGI app on the same uvicorn (uvloop + httptools) that
-streams `max_tokens` SSE frames shaped like Raygate's completion chunks, one `send` per frame, with
-no framework, no model, no Ray. The gateway's target is at least half its frames/s.
+"""The baseline for "gateway alone": a bare ASGI app on the same uvicorn (uvloop + httptools) that
+streams `max_tokens` SSE frames shaped like Raygate's completion chunks, with no framework, no
+model, no Ray. The gateway's target is at least half its frames/s.
+
+Two variants: under `/v1/...` one `send` (one socket write) per frame, as a hand-written streaming
+endpoint, sse-starlette or llama_cpp.server do; under `/joined/v1/...` all frames in one `send`,
+the most a single uvicorn stream can do (the ceiling for Raygate's frame joining).
 
     python -m bench.bare_app --port 8124
 """
@@ -52,9 +56,12 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             break
     tokens = int(json.loads(body).get("max_tokens") or 16)
     await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-    for i in range(1, tokens + 1):
-        frame = _frame(0, " tok", "length" if i == tokens else None)
-        await send({"type": "http.response.body", "body": frame, "more_body": True})
+    frames = (_frame(0, " tok", "length" if i == tokens else None) for i in range(1, tokens + 1))
+    if scope["path"].startswith("/joined/"):
+        await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+    else:
+        for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 

@@ -14,8 +14,10 @@ STYLE = {
     "L0": ("engine in-process (L0)", "tab:gray"),
     "L1": ("HTTP, no Ray (L1)", "tab:blue"),
     "L2": ("Raygate gateway (L2)", "tab:red"),
+    "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "peer": ("llama_cpp.server", "tab:green"),
-    "bare": ("bare uvicorn app", "tab:purple"),
+    "bare": ("bare uvicorn app, write per frame", "tab:purple"),
+    "bare-joined": ("bare uvicorn app, one write", "tab:pink"),
 }
 
 

@@ -44,9 +44,10 @@ class Targets:
             assert self.engine is not None and workload == "llama"
             return engine_worker_factory(self.engine, plan.LLAMA_PROMPT, plan.L0_SAMPLING, plan.OUTPUT_TOKENS)
         body = plan.WORKLOADS[workload]
-        return http_worker_factory(
-            self.urls[target] + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS)
-        )
+        if target == "L2-batched":
+            target, body = "L2", {**body, "model": plan.BATCHED_MODEL}
+        base = self.urls["bare"] + "/joined" if target == "bare-joined" else self.urls[target]
+        return http_worker_factory(base + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS))
 
 
 def _llama_settings() -> tuple[Path, dict[str, Any]]:
@@ -184,6 +185,10 @@ async def run_plan(
     scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int
 ) -> dict[str, Any]:
     needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests else set())
+    if "bare-joined" in needed:
+        needed.add("bare")
+    if "L2-batched" in needed:
+        needed.add("L2")
     started = time.time()
     record: dict[str, Any] = {"started": started, "machine_before": machine(), "scenarios": {}}
     with started_servers(needed, log_dir) as targets:
@@ -191,6 +196,8 @@ async def run_plan(
             await _load_l0(targets)
         for name, server in targets.procs.items():
             record.setdefault("rss_after_start_mb", {})[name] = servers.rss_mb(server.proc.pid)
+        if "L2" in targets.procs:
+            record["replica_rss_after_start_mb"] = replica_rss(targets.procs["L2"].proc.pid)
         for scenario in scenarios:
             record["scenarios"][scenario.name] = {
                 "workload": plan.WORKLOADS[scenario.workload],
