@@ -105,9 +105,14 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="info")  # the same as `raygate serve`'s default
+    # uvicorn's defaults, as `raygate serve` uses them ("auto": uvloop and httptools when
+    # installed, which uvicorn[standard] does); other values measure what those levers bring.
+    parser.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
+    parser.add_argument("--http", default="auto", choices=["auto", "h11", "httptools"])
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper())
-    uvicorn.run(build_app(args.config.resolve()), host=args.host, port=args.port, log_level=args.log_level)
+    app = build_app(args.config.resolve())
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, loop=args.loop, http=args.http)
 
 
 if __name__ == "__main__":
