@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup serve test lint soak fuzz
+.PHONY: setup serve test lint soak fuzz bench
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,12 @@ soak: setup
 
 fuzz: setup
 	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/test_ops_fuzz.py -s --timeout 1800
+
+# Benchmark-only dependencies (matplotlib, llama_cpp.server's extras); the llama-cpp-python wheel
+# itself is already installed, so pip only adds the extras. See README.md, "Performance".
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -16,6 +16,10 @@ def make_engine(config: ModelConfig) -> Engine:
     if config.source is None:
         raise ValueError(f"model `{config.name}` has no `source`")
     path = resolve_model_file(config.source)
+    if config.backend == "llama_cpp" and config.task == "generate" and int(config.engine.get("n_seq_max", 1)) > 1:
+        from backends.llama_cpp_batched import BatchedLlamaCppEngine
+
+        return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine)
     if config.backend == "llama_cpp":
         from backends.llama_cpp_engine import LlamaCppEngine
 

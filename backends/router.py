@@ -108,6 +108,12 @@ class ModelRouter:
                 async for ref in stream:
                     for delta in await ref:
                         started = True
+                        if delta.finish_reason is not None:
+                            # The last delta (engine contract): done now, without waiting another
+                            # Ray round trip for the end of the stream (~1-2 ms per request).
+                            finished = True
+                            yield delta
+                            return
                         yield delta
                 finished = True
                 return

@@ -21,6 +21,7 @@ from protocol.chat import (
 from protocol.common import Usage
 from protocol.generation import Delta, GenerateRequest, ToolCallDelta
 from protocol.tools import ChoiceLogprobs, FunctionCallChunk, FunctionCallOut, ToolCallChunk, ToolCallOut
+from protocol.templates import TextTemplate, text_marker
 from server.fanout import merge
 from server.requests import Tally, new_id, resolve_model, sample_seed
 from server.streaming import sse_response
@@ -96,11 +97,25 @@ async def _chunks(
     deltas: AsyncIterator[tuple[int, Delta]],
 ) -> AsyncIterator[str]:
     tally = Tally()
+    marker = text_marker()
+    templates: dict[int, TextTemplate] = {}
 
     def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> str:
         return ChatCompletionChunk(
             id=completion_id, created=created, model=body.model, choices=choices, usage=usage
         ).to_json()
+
+    def text_chunk(index: int, text: str) -> str:
+        """The per-token chunk, from a template made of the same model (see protocol/templates)."""
+        if index not in templates:
+            model = ChatCompletionChunk(
+                id=completion_id,
+                created=created,
+                model=body.model,
+                choices=[ChatChunkChoice(index=index, delta=ChatDelta(content=marker))],
+            )
+            templates[index] = TextTemplate(model, marker)
+        return templates[index].render(text)
 
     async for index, delta in deltas:
         if index not in tally.texts:  # first delta of this choice: announce the role first
@@ -109,7 +124,9 @@ async def _chunks(
         content = delta.text or None
         calls = _call_chunks(delta.tool_calls) if delta.tool_calls else None
         logprobs = ChoiceLogprobs.of(delta.logprobs) if body.logprobs and delta.logprobs else None
-        if content is not None or calls or logprobs or delta.finish_reason is not None:
+        if content is not None and delta.finish_reason is None and not calls and logprobs is None:
+            yield text_chunk(index, content)
+        elif content is not None or calls or logprobs or delta.finish_reason is not None:
             yield chunk(
                 [
                     ChatChunkChoice(

@@ -14,6 +14,7 @@ from protocol.completions import Completion, CompletionChoice, CompletionRequest
 from protocol.errors import UnsupportedParameterError
 from protocol.generation import Delta, GenerateRequest, TokenLogprob
 from protocol.tools import CompletionLogprobs
+from protocol.templates import TextTemplate, text_marker
 from server.fanout import merge
 from server.requests import Tally, new_id, resolve_model, sample_seed
 from server.streaming import sse_response
@@ -82,11 +83,21 @@ async def _chunks(
 ) -> AsyncIterator[str]:
     tally = Tally()
     offsets: dict[int, int] = {}
+    marker = text_marker()
+    templates: dict[int, TextTemplate] = {}
 
     def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> str:
         return Completion(
             id=completion_id, created=created, model=body.model, choices=choices, usage=usage
         ).to_json()
+
+    def text_chunk(index: int, text: str) -> str:
+        """The per-token chunk, from a template made of the same model (see protocol/templates)."""
+        if index not in templates:
+            choice = CompletionChoice(index=index, text=marker, finish_reason=None)
+            model = Completion(id=completion_id, created=created, model=body.model, choices=[choice])
+            templates[index] = TextTemplate(model, marker)
+        return templates[index].render(text)
 
     async for index, delta in deltas:
         echo = echoes[index // body.n] if index not in tally.texts else ""
@@ -94,7 +105,9 @@ async def _chunks(
         entries = (delta.prompt_logprobs or []) + (delta.logprobs or [])
         logprobs = _logprobs(body, entries, offsets.get(index, 0)) if entries else None
         offsets[index] = offsets.get(index, 0) + sum(len(e.token) for e in entries)
-        if echo or delta.text or logprobs or delta.finish_reason is not None:
+        if delta.text and not echo and delta.finish_reason is None and logprobs is None:
+            yield text_chunk(index, delta.text)
+        elif echo or delta.text or logprobs or delta.finish_reason is not None:
             yield chunk(
                 [
                     CompletionChoice(

@@ -1,0 +1,62 @@
+"""`python -m bench` (what `make bench` runs): the default plan, then
+bench/results/<date>.json, bench/results/<date>.png and the Markdown tables on stdout.
+
+    python -m bench                      # the default set (< 10 minutes on 2 cores)
+    python -m bench --quick              # every step with tiny counts (a smoke run)
+    python -m bench --only instant paced # some scenarios only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import chart, plan, report
+from bench.run import run
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny counts: check that every step runs")
+    parser.add_argument("--only", nargs="+", metavar="SCENARIO", choices=[s.name for s in plan.SCENARIOS])
+    parser.add_argument("--memory-requests", type=int, default=None, help="0 skips the memory run")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <date>.json and .png")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    scenarios = tuple(s for s in plan.SCENARIOS if not args.only or s.name in args.only)
+    if args.quick:
+        scenarios = plan.quick(scenarios)
+    memory = args.memory_requests
+    if memory is None:
+        memory = 0 if args.only else (200 if args.quick else plan.MEMORY_REQUESTS)
+
+    with tempfile.TemporaryDirectory(prefix="raygate-bench-") as logs:
+        record = run(scenarios, Path(logs), memory)
+    record["date"] = time.strftime("%Y-%m-%d", time.localtime(record["started"]))
+    record["command"] = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
+    rows = report.evaluate(record)
+    record["targets"] = report.as_json(rows)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = record["date"] + ("-quick" if args.quick else "") + ("-partial" if args.only else "")
+    json_path, png_path = args.out / f"{stem}.json", args.out / f"{stem}.png"
+    json_path.write_text(json.dumps(record, indent=1, default=float) + "\n")
+    chart.render(record, png_path)
+    print(report.markdown_targets(rows))
+    print()
+    print(report.markdown_runs(record))
+    print(f"\nwrote {json_path} and {png_path} in {record['duration_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The README chart: output tokens/s and TTFT p50 against concurrency, for the llama.cpp model
+(top) and the instant engine (bottom). matplotlib is a bench-only dependency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROWS = (
+    ("llama.cpp SmolLM2-135M, 128 tokens", ("llama-c1", "llama-load")),
+    ("instant engine (gateway alone), 128 tokens", ("instant", "instant-load")),
+)
+STYLE = {
+    "L0": ("engine in-process (L0)", "tab:gray"),
+    "L1": ("HTTP, no Ray (L1)", "tab:blue"),
+    "L2": ("Raygate gateway (L2)", "tab:red"),
+    "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
+    "peer": ("llama_cpp.server", "tab:green"),
+    "bare": ("bare uvicorn app, write per frame", "tab:purple"),
+    "bare-joined": ("bare uvicorn app, one write", "tab:pink"),
+}
+
+
+def _series(record: dict[str, Any], scenarios: tuple[str, ...]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for name in scenarios:
+        for run in record.get("scenarios", {}).get(name, {}).get("runs", []):
+            out.setdefault(run["target"], []).append((run["concurrency"], run["summary"]))
+    return {t: sorted(points, key=lambda p: p[0]) for t, points in out.items()}
+
+
+def render(record: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(ROWS), 2, figsize=(11, 8), constrained_layout=True)
+    for (title, scenarios), (ax_tps, ax_ttft) in zip(ROWS, axes, strict=True):
+        for target, points in _series(record, scenarios).items():
+            label, color = STYLE.get(target, (target, None))
+            xs = [c for c, _ in points]
+            ax_tps.plot(xs, [s["output_throughput"] for _, s in points], "o-", label=label, color=color)
+            ax_ttft.plot(xs, [s["ttft_ms"]["p50"] for _, s in points], "o-", label=label, color=color)
+        ax_tps.set_title(f"{title}: output tokens/s")
+        ax_ttft.set_title(f"{title}: TTFT p50 (ms)")
+        ax_ttft.set_yscale("log")
+        for ax in (ax_tps, ax_ttft):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency")
+            ax.grid(True, which="both", alpha=0.3)
+        ax_tps.set_ylim(bottom=0)
+        ax_tps.legend(fontsize=8)
+    load = record.get("machine_before", {}).get("loadavg", [0])[0]
+    fig.suptitle(f"Raygate bench {record.get('date', '')} — {record.get('machine_before', {}).get('cpus')} cores, load {load:.1f}")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

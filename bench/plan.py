@@ -1,0 +1,81 @@
+"""What `make bench` measures: the workloads, the targets that serve them, and the scenarios.
+
+Targets (the ladder, plus the peer and the ceiling):
+    L0     the llama.cpp engine called in-process (no HTTP, no Ray)
+    L1     Raygate's HTTP + SSE layer with engines in-process (bench/inproc_app.py, no Ray)
+    L2     the full gateway: `raygate serve` (HTTP -> Ray replica -> engine)
+    L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
+    peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
+    bare   a bare uvicorn streaming app, one socket write per frame (bench/bare_app.py)
+    bare-joined  the same app writing all frames at once: the ceiling for "gateway alone"
+
+Each scenario runs its targets side by side, in interleaved rounds (the order reversed every other
+round), so slow drift of a shared machine lands on every target alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from protocol.generation import SamplingParams
+
+OUTPUT_TOKENS = 128
+LLAMA_MODEL = "smollm2-135m-instruct"
+BATCHED_MODEL = "smollm2-batched"
+# A prompt the model keeps continuing: greedy decoding counts upward for far more than 128 tokens,
+# so every target produces exactly OUTPUT_TOKENS (the client marks shorter outputs failed).
+LLAMA_PROMPT = "Count upwards forever: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
+
+
+def completion_body(model: str, prompt: str) -> dict[str, object]:
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": OUTPUT_TOKENS,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        # llama_cpp.server's defaults differ from OpenAI's; these make it sample as Raygate does
+        # (Raygate accepts and ignores them: its llama.cpp engine already uses these values).
+        "repeat_penalty": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+    }
+
+
+WORKLOADS: dict[str, dict[str, object]] = {
+    "llama": completion_body(LLAMA_MODEL, LLAMA_PROMPT),
+    "instant": completion_body("instant", "Hello"),
+    "paced": completion_body("paced", "Hello"),
+}
+L0_SAMPLING = SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0)
+PACED_TTFT_MS = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    workload: str
+    targets: tuple[str, ...]
+    levels: tuple[int, ...]
+    rounds: int
+    requests_per_stream: int  # per round: requests = max(min_requests, this x concurrency)
+    min_requests: int
+    max_seconds: float = 120.0  # per (round, target, level): bounded time as well as counts
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("llama-c1", "llama", ("L0", "L1", "L2", "peer"), (1,), rounds=3, requests_per_stream=2, min_requests=2),
+    Scenario("llama-load", "llama", ("L2", "L2-batched", "peer"), (2, 4, 8), rounds=1, requests_per_stream=2, min_requests=4),
+    Scenario("instant", "instant", ("bare", "bare-joined", "L1", "L2"), (1,), rounds=3, requests_per_stream=100, min_requests=100),
+    Scenario("instant-load", "instant", ("bare", "bare-joined", "L1", "L2"), (8, 32), rounds=1, requests_per_stream=25, min_requests=200),
+    Scenario("paced", "paced", ("L1", "L2"), (1, 8), rounds=2, requests_per_stream=3, min_requests=6),
+)
+MEMORY_REQUESTS = 2000
+MEMORY_CONCURRENCY = 8
+MEMORY_SAMPLE_EVERY = 100
+
+
+def quick(scenarios: tuple[Scenario, ...]) -> tuple[Scenario, ...]:
+    """A smoke-sized plan: every step runs, numbers mean little."""
+    return tuple(replace(s, rounds=1, requests_per_stream=1, min_requests=2) for s in scenarios)

@@ -1,0 +1,220 @@
+"""Runs the plan: starts every target at once, drives the scenarios side by side, then the memory
+run, and returns one JSON-able record. Servers are stopped (by their own PIDs) however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.engine import Engine
+from backends.model_files import resolve_model_file
+from bench import plan, servers
+from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
+from bench.engine_runner import engine_worker_factory, load_engine
+from bench.metrics import RequestResult, summarize
+from server.settings import load_config
+
+log = logging.getLogger("bench")
+
+CONFIG = servers.REPO / "bench" / "configs" / "bench.yaml"
+WorkerFactory = Callable[[], Awaitable[tuple[Runner, Callable[[], Awaitable[None]]]]]
+
+
+@dataclass
+class Targets:
+    """Where each target is reachable; `engine` is the in-process L0 engine."""
+
+    urls: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, servers.Server] = field(default_factory=dict)
+    engine: Engine | None = None
+    llama_threads: int = 1
+    warm: set[tuple[str, str]] = field(default_factory=set)
+
+    def factory(self, target: str, workload: str) -> WorkerFactory:
+        if target == "L0":
+            assert self.engine is not None and workload == "llama"
+            return engine_worker_factory(self.engine, plan.LLAMA_PROMPT, plan.L0_SAMPLING, plan.OUTPUT_TOKENS)
+        body = plan.WORKLOADS[workload]
+        if target == "L2-batched":
+            target, body = "L2", {**body, "model": plan.BATCHED_MODEL}
+        base = self.urls["bare"] + "/joined" if target == "bare-joined" else self.urls[target]
+        return http_worker_factory(base + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS))
+
+
+def _llama_settings() -> tuple[Path, dict[str, Any]]:
+    config = load_config(CONFIG)
+    model = next(m for m in config.models if m.name == plan.LLAMA_MODEL)
+    assert model.source is not None
+    return resolve_model_file(model.source), model.engine
+
+
+@contextlib.contextmanager
+def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
+    """Start what the scenarios need, all at once (loading overlaps), and stop them afterwards."""
+    gguf, engine_kwargs = _llama_settings()
+    threads = int(engine_kwargs.get("n_threads", 1))
+    py = sys.executable
+    commands = {
+        "L1": [py, "-m", "bench.inproc_app", "--config", str(CONFIG), "--port", "{port}"],
+        "L2": [str(servers.BIN / "raygate"), "serve", "--config", str(CONFIG), "--port", "{port}"],
+        "peer": [
+            py, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", plan.LLAMA_MODEL,
+            "--n_ctx", str(engine_kwargs.get("n_ctx", 2048)), "--n_threads", str(threads),
+            "--n_threads_batch", str(threads), "--interrupt_requests", "False",
+            "--host", "127.0.0.1", "--port", "{port}",
+        ],
+        "bare": [py, "-m", "bench.bare_app", "--port", "{port}"],
+    }
+    health = {"L1": "/health", "L2": "/health", "peer": "/v1/models", "bare": "/health"}
+    # The gateway must start its own Ray, never attach to another session's cluster.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    targets = Targets(llama_threads=threads)
+    try:
+        for name in sorted(needed & commands.keys()):
+            targets.procs[name] = servers.start(name, commands[name], log_dir, env=env)
+        for name, server in targets.procs.items():
+            servers.wait_healthy(server, health[name])
+            targets.urls[name] = server.url
+            log.info("%s ready on %s", name, server.url)
+        yield targets
+    finally:
+        for name, server in targets.procs.items():
+            code = server.stop()
+            log.info("%s stopped (exit %s)", name, code)
+
+
+async def _load_l0(targets: Targets) -> None:
+    config = load_config(CONFIG)
+    model = next(m for m in config.models if m.name == plan.LLAMA_MODEL)
+    targets.engine = await load_engine(model, CONFIG.parent)
+
+
+def _requests(scenario: plan.Scenario, level: int) -> int:
+    return max(scenario.min_requests, scenario.requests_per_stream * level)
+
+
+async def warm_up(scenario: plan.Scenario, targets: Targets) -> None:
+    """Unmeasured requests first: llama.cpp's first request evaluates the whole prompt (later ones
+    reuse the cached prefix), and connections, imports and allocators all settle. Two at once, so
+    both engines of a two-replica target are warm."""
+    for target in scenario.targets:
+        if (target, scenario.workload) in targets.warm:
+            continue
+        targets.warm.add((target, scenario.workload))
+        await run_closed_loop(
+            targets.factory(target, scenario.workload), concurrency=2, requests=2, max_seconds=60
+        )
+
+
+async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[str, Any]]:
+    collected: dict[tuple[str, int], tuple[list[RequestResult], float]] = {}
+    await warm_up(scenario, targets)
+    for level in scenario.levels:
+        for r in range(scenario.rounds):
+            order = scenario.targets if r % 2 == 0 else tuple(reversed(scenario.targets))
+            for target in order:
+                results, wall = await run_closed_loop(
+                    targets.factory(target, scenario.workload),
+                    concurrency=level,
+                    requests=_requests(scenario, level),
+                    max_seconds=scenario.max_seconds,
+                )
+                done, total = collected.get((target, level), ([], 0.0))
+                collected[(target, level)] = (done + results, total + wall)
+                ok = sum(x.ok for x in results)
+                log.info("%s %s c=%d round %d: %d/%d ok in %.1fs", scenario.name, target, level, r, ok, len(results), wall)
+    return [
+        {"target": t, "concurrency": c, "summary": summarize(res, wall).to_dict()}
+        for (t, c), (res, wall) in collected.items()
+    ]
+
+
+async def run_memory(targets: Targets, requests: int, every: int) -> dict[str, Any]:
+    """Gateway and replica RSS across many instant-engine requests; the slope says if it grows."""
+    gateway = targets.procs["L2"].proc.pid
+    factory = targets.factory("L2", "instant")
+    samples: list[dict[str, Any]] = []
+
+    def sample(done: int) -> None:
+        samples.append(
+            {
+                "requests": done,
+                "gateway_mb": servers.rss_mb(gateway),
+                "replicas": replica_rss(gateway),
+            }
+        )
+
+    sample(0)
+    failures = 0
+    for done in range(every, requests + 1, every):
+        results, _ = await run_closed_loop(
+            factory, concurrency=plan.MEMORY_CONCURRENCY, requests=every, max_seconds=120
+        )
+        failures += sum(not r.ok for r in results)
+        sample(done)
+    return {"requests": requests, "concurrency": plan.MEMORY_CONCURRENCY, "failures": failures, "samples": samples}
+
+
+def replica_rss(gateway: int) -> list[dict[str, Any]]:
+    gguf, _ = _llama_settings()
+    return [
+        {"pid": p, "model": "llama.cpp" if servers.maps_file(p, gguf) else "synthetic", "rss_mb": servers.rss_mb(p)}
+        for p in servers.replica_pids(gateway)
+    ]
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+async def run_plan(
+    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int
+) -> dict[str, Any]:
+    needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests else set())
+    if "bare-joined" in needed:
+        needed.add("bare")
+    if "L2-batched" in needed:
+        needed.add("L2")
+    started = time.time()
+    record: dict[str, Any] = {"started": started, "machine_before": machine(), "scenarios": {}}
+    with started_servers(needed, log_dir) as targets:
+        if "L0" in needed:
+            await _load_l0(targets)
+        for name, server in targets.procs.items():
+            record.setdefault("rss_after_start_mb", {})[name] = servers.rss_mb(server.proc.pid)
+        if "L2" in targets.procs:
+            record["replica_rss_after_start_mb"] = replica_rss(targets.procs["L2"].proc.pid)
+        for scenario in scenarios:
+            record["scenarios"][scenario.name] = {
+                "workload": plan.WORKLOADS[scenario.workload],
+                "runs": await run_scenario(scenario, targets),
+            }
+        if "L2" in targets.procs:
+            record["replica_rss_mb"] = replica_rss(targets.procs["L2"].proc.pid)
+        if memory_requests:
+            record["memory"] = await run_memory(targets, memory_requests, plan.MEMORY_SAMPLE_EVERY)
+    record["machine_after"] = machine()
+    record["duration_s"] = time.time() - started
+    return record
+
+
+def run(scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int) -> dict[str, Any]:
+    """The client runs on uvloop, like the servers, so its own per-frame cost stays small."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run_plan(scenarios, log_dir, memory_requests))

@@ -1,0 +1,135 @@
+"""Starting the servers under test as subprocesses, and reading their memory from /proc.
+
+Every server gets a random free loopback port and its own log file; stopping one terminates only
+the process it started (and lets it stop its own children, e.g. the gateway's embedded Ray).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    log_file: BinaryIO
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log_file.close()
+        return self.proc.returncode
+
+
+def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Server:
+    """Start a server whose command line takes the port from `{port}`; does not wait for it."""
+    port = free_port()
+    log_path = log_dir / f"{name}.log"
+    log_file = log_path.open("wb")
+    proc = subprocess.Popen(
+        [a.format(port=port) for a in argv],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+    return Server(name, proc, port, log_path, log_file)
+
+
+def wait_healthy(server: Server, path: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            tail = server.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}:\n{tail}")
+        try:
+            if httpx.get(server.url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{server.name} did not answer {path} within {timeout:.0f}s")
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of one process, from /proc (no psutil dependency)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, by walking /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def replica_pids(gateway_pid: int) -> list[int]:
+    """The gateway's embedded Ray runs the replicas as `ray::ModelWorker` worker processes."""
+    return sorted(p for p in descendants(gateway_pid) if "ModelWorker" in _cmdline(p))
+
+
+def maps_file(pid: int, path: Path) -> bool:
+    """Whether a process has `path` mapped: llama.cpp mmaps its GGUF, which names a replica's model."""
+    try:
+        return str(path) in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False

@@ -1,0 +1,86 @@
+"""The benchmark's metric arithmetic (bench/metrics.py) and a smoke run of its load client.
+
+Speed is never asserted here: the smoke run only checks that the client measures a real server
+(the synthetic engine behind Raygate's HTTP layer) and counts what it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import servers
+from bench.client import Workload, run_http
+from bench.metrics import RequestResult, percentile, summarize
+from bench.report import slope_per_1000
+
+SYNTHETIC_CONFIG = Path(__file__).parent / "configs" / "synthetic.yaml"
+
+
+def test_percentile_matches_numpy() -> None:
+    values = [0.3, 0.1, 0.9, 0.5, 0.7, 0.2, 0.25]
+    for q in (0, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert percentile([4.0], 99) == 4.0
+
+
+def test_summary_follows_vllm_definitions() -> None:
+    # Request 1: sent at 0, text chunks at 0.1, 0.2, 0.4, end 0.5, 5 tokens (several per chunk).
+    a = RequestResult(sent=0.0, ok=True, status="200", first_token=0.1, chunk_times=[0.1, 0.2, 0.4], end=0.5, output_tokens=5)
+    # Request 2: sent at 0.5, one chunk at 0.8, end 1.0, 1 token: no TPOT, no ITL.
+    b = RequestResult(sent=0.5, ok=True, status="200", first_token=0.8, chunk_times=[0.8], end=1.0, output_tokens=1)
+    failed = RequestResult(sent=0.2, status="503")
+    s = summarize([a, b, failed])
+    assert (s.requests, s.completed, s.failures) == (3, 2, {"503": 1})
+    assert s.duration_s == pytest.approx(1.0)
+    assert s.output_tokens == 6
+    assert s.output_throughput == pytest.approx(6.0)
+    assert s.request_throughput == pytest.approx(2.0)
+    assert s.ttft_ms["mean"] == pytest.approx(200.0)
+    assert s.tpot_ms["p50"] == pytest.approx((0.5 - 0.1) / 4 * 1000)
+    assert sorted([round(x, 6) for x in a.itls]) == [0.1, 0.2]
+    assert s.itl_ms["p50"] == pytest.approx(150.0)
+    assert s.e2e_ms["p50"] == pytest.approx(500.0)
+    assert summarize([a], duration_s=2.0).output_throughput == pytest.approx(2.5)
+
+
+def test_memory_slope() -> None:
+    assert slope_per_1000([(0, 100.0), (1000, 101.0), (2000, 102.0)]) == pytest.approx(1.0)
+    assert slope_per_1000([(0, 100.0), (1000, 100.0)]) == pytest.approx(0.0)
+
+
+@pytest.fixture(scope="module")
+def synthetic_l1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Raygate's HTTP layer with the synthetic engine in-process (bench's L1 app): no Ray, fast."""
+    argv = [str(servers.BIN / "python"), "-m", "bench.inproc_app", "--config", str(SYNTHETIC_CONFIG), "--port", "{port}", "--log-level", "warning"]
+    server = servers.start("l1-synthetic", argv, tmp_path_factory.mktemp("bench"))
+    try:
+        servers.wait_healthy(server, "/health", timeout=60)
+        yield server.url + "/v1"
+    finally:
+        assert server.stop() in (0, -15)
+
+
+@pytest.mark.parametrize("path", ["/completions", "/chat/completions"])
+def test_client_smoke_against_synthetic_engine(synthetic_l1: str, path: str) -> None:
+    body: dict[str, object] = {"model": "paced", "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True}}
+    body |= {"prompt": "hi"} if path == "/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    results, wall = asyncio.run(run_http(synthetic_l1, Workload(path, body, 16), concurrency=3, requests=6, max_seconds=30))
+    s = summarize(results, wall)
+    assert (s.completed, s.failures, s.output_tokens) == (6, {}, 96)
+    assert all(len(r.chunk_times) == 16 for r in results)  # one text chunk per synthetic token
+    assert s.ttft_ms["p50"] >= 10  # the engine's own 10 ms before the first token
+    assert s.itl_ms["p50"] >= 1  # and 2 ms between tokens: nothing arrives early
+
+
+def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
+    unknown = {"model": "nope", "prompt": "hi", "stream": True}
+    short = {"model": "paced", "prompt": "hi", "max_tokens": 4, "stream": True}
+    bad, _ = asyncio.run(run_http(synthetic_l1, Workload("/completions", unknown), concurrency=1, requests=2, max_seconds=30))
+    few, _ = asyncio.run(run_http(synthetic_l1, Workload("/completions", short, 8), concurrency=1, requests=1, max_seconds=30))
+    assert summarize(bad).failures == {"404": 2}
+    assert summarize(few).failures == {"incomplete": 1}
