@@ -48,6 +48,7 @@ class ModelRegistry:
                 num_cpus=config.num_cpus,
                 num_gpus=config.num_gpus,
                 resources=config.resources or None,
+                runtime_env={"env_vars": config.env} if config.env else None,
             ).remote(config)
             for i in range(config.replicas)
         ]
