@@ -25,10 +25,14 @@ ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core ma
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark this folder's tests `vllm`, and give them room for the engines' start: the first
+    test to use the gateway pays for it inside its own timeout."""
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.vllm)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(ENGINE_START_TIMEOUT_S + 300))
 
 
 @pytest.fixture(scope="session")
