@@ -129,9 +129,7 @@ class VllmEngine(Engine):
         snapshot.core_running, snapshot.core_waiting = c.running, c.waiting
         snapshot.core_peak_running = c.peak_running
         snapshot.decode_steps, snapshot.decode_tokens = c.decode_steps, c.decode_tokens
-        snapshot.engine_unfinished = (
-            self._llm.get_num_unfinished_requests() if self._llm is not None else 0
-        )
+        snapshot.engine_unfinished = self._llm.get_num_unfinished_requests() if self._llm is not None else 0
         return snapshot
 
     async def check_health(self) -> None:
@@ -151,6 +149,8 @@ class VllmEngine(Engine):
 
     def _prompt_ids(self, request: GenerateRequest) -> list[int]:
         """Runs in a thread: tokenisers and Jinja templates are CPU work."""
+        from jinja2 import TemplateError
+
         tok = self._tokenizer
         if request.messages is not None:
             if not getattr(tok, "chat_template", None):
@@ -166,7 +166,7 @@ class VllmEngine(Engine):
                     tokenize=False,
                     add_generation_prompt=True,
                 )
-            except Exception as exc:  # the template's own raise_exception(): bad turn order etc.
+            except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
                 raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages")
             # The template writes the special tokens itself (as vLLM's chat endpoint does).
             return list(tok.encode(text, add_special_tokens=False))
@@ -283,10 +283,7 @@ class VllmEngine(Engine):
             raise EngineError(
                 "The model's engine failed while embedding; retry the request.", code="engine_dead"
             ) from None
-        return EmbedResult(
-            embeddings=[vec for vec, _ in results], prompt_tokens=sum(n for _, n in results)
-        )
-
+        return EmbedResult(embeddings=[vec for vec, _ in results], prompt_tokens=sum(n for _, n in results))
 
 
 def _finish_reason(reason: object) -> FinishReason:

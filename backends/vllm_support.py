@@ -137,9 +137,7 @@ def stat_logger_factory(counters: CoreCounters) -> Any:
             engine_idx: int = 0,
         ) -> None:
             if scheduler_stats is not None:
-                self._counters.scheduled(
-                    scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
-                )
+                self._counters.scheduled(scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs)
             if iteration_stats is not None and iteration_stats.num_generation_tokens:
                 self._counters.generated(iteration_stats.num_generation_tokens)
 

@@ -30,9 +30,7 @@ def missing_setup() -> str | None:
 
 def actor_names() -> set[str]:
     return {
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith("raygate:")
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("raygate:")
     }
 
 

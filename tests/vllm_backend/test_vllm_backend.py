@@ -37,7 +37,11 @@ def wait_for_stats(vllm: VllmDeployment, done: Callable[[Any], bool], timeout: f
 def test_unsupported_fields_name_the_vllm_backend(base_url: str) -> None:
     r = httpx.post(
         f"{base_url}/chat/completions",
-        json={"model": CHAT_MODEL, "messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        json={
+            "model": CHAT_MODEL,
+            "messages": HELLO,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+        },
         timeout=60,
     )
     assert r.status_code == 400
@@ -48,14 +52,18 @@ def test_unsupported_fields_name_the_vllm_backend(base_url: str) -> None:
 
 def test_token_ids_outside_the_vocabulary_are_400(base_url: str) -> None:
     r = httpx.post(
-        f"{base_url}/completions", json={"model": CHAT_MODEL, "prompt": [1, 10**9], "max_tokens": 2}, timeout=60
+        f"{base_url}/completions",
+        json={"model": CHAT_MODEL, "prompt": [1, 10**9], "max_tokens": 2},
+        timeout=60,
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
 
 
 def test_greedy_completion_matches_transformers(client: openai.OpenAI) -> None:
     """transformers' greedy decoding of the same bf16 folder gives " Paris." (models/build_vllm_models.py --check)."""
-    out = client.completions.create(model=CHAT_MODEL, prompt="The capital of France is", max_tokens=3, temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt="The capital of France is", max_tokens=3, temperature=0
+    )
     assert out.choices[0].text == " Paris.\n"
     assert out.usage is not None and (out.usage.prompt_tokens, out.usage.completion_tokens) == (5, 3)
 
@@ -85,9 +93,17 @@ def test_penalties_reach_the_engine(client: openai.OpenAI) -> None:
     """Greedy decoding, so any difference comes from the penalty (vLLM applies it to generated tokens)."""
 
     def complete(**kw: float) -> str:
-        return client.completions.create(
-            model=CHAT_MODEL, prompt="My favourite things are", max_tokens=24, temperature=0, **kw  # type: ignore[arg-type]
-        ).choices[0].text
+        return (
+            client.completions.create(
+                model=CHAT_MODEL,
+                prompt="My favourite things are",
+                max_tokens=24,
+                temperature=0,
+                **kw,  # type: ignore[arg-type]
+            )
+            .choices[0]
+            .text
+        )
 
     plain = complete()
     assert complete() == plain
@@ -108,11 +124,13 @@ def test_disconnect_aborts_the_request_in_the_engine(base_url: str, vllm: VllmDe
                     break
     after = wait_for_stats(
         vllm,
-        lambda s: s.aborted_total > before.aborted_total
-        and s.running == 0
-        and s.engine_unfinished == 0
-        and s.core_running == 0
-        and s.core_waiting == 0,
+        lambda s: (
+            s.aborted_total > before.aborted_total
+            and s.running == 0
+            and s.engine_unfinished == 0
+            and s.core_running == 0
+            and s.core_waiting == 0
+        ),
     )
     assert after.aborted_total == before.aborted_total + 1, after
     assert after.running == after.engine_unfinished == 0, after  # gone from AsyncLLM's front end
@@ -120,7 +138,9 @@ def test_disconnect_aborts_the_request_in_the_engine(base_url: str, vllm: VllmDe
     assert after.tokens_generated_total - before.tokens_generated_total < 1000
 
 
-async def test_eight_streams_share_engine_steps(async_client: openai.AsyncOpenAI, vllm: VllmDeployment) -> None:
+async def test_eight_streams_share_engine_steps(
+    async_client: openai.AsyncOpenAI, vllm: VllmDeployment
+) -> None:
     """Eight streams on one replica run as one batch: the engine produces several tokens per step
     (one per step when the same streams run one after another), every stream has started before
     any has finished, and the scheduler reports all eight running together. Counted, not timed;
@@ -129,8 +149,12 @@ async def test_eight_streams_share_engine_steps(async_client: openai.AsyncOpenAI
 
     async def one(i: int, events: list[tuple[str, int]]) -> int:
         stream = await async_client.completions.create(
-            model=CHAT_MODEL, prompt=f"{i}, {i + 1}, {i + 2},", max_tokens=tokens, temperature=0,
-            stream=True, stream_options={"include_usage": True},
+            model=CHAT_MODEL,
+            prompt=f"{i}, {i + 1}, {i + 2},",
+            max_tokens=tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
         started, used = False, 0
         async for chunk in stream:

@@ -48,6 +48,15 @@ def test_source_must_be_a_model_folder(tmp_path: Path) -> None:
 
 def test_env_and_home_relative_paths_are_accepted() -> None:
     config = GatewayConfig.model_validate(
-        {"models": [{"name": "m", "backend": "vllm", "source": {"path": "~/models/m"}, "env": {"OMP_NUM_THREADS": "1"}}]}
+        {
+            "models": [
+                {
+                    "name": "m",
+                    "backend": "vllm",
+                    "source": {"path": "~/models/m"},
+                    "env": {"OMP_NUM_THREADS": "1"},
+                }
+            ]
+        }
     )
     assert config.models[0].env == {"OMP_NUM_THREADS": "1"}

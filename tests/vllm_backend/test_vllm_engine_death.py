@@ -28,7 +28,9 @@ def engine_core(vllm: VllmDeployment) -> psutil.Process:
 
 
 @pytest.mark.timeout(RESTART_TIMEOUT_S + 120)
-def test_engine_death_fails_in_flight_then_the_replica_serves_again(base_url: str, vllm: VllmDeployment) -> None:
+def test_engine_death_fails_in_flight_then_the_replica_serves_again(
+    base_url: str, vllm: VllmDeployment
+) -> None:
     core = engine_core(vllm)
     body = {"model": CHAT_MODEL, "prompt": "1, 2, 3,", "max_tokens": 1500, "temperature": 0, "stream": True}
     events: list[dict] = []
@@ -52,7 +54,16 @@ def test_engine_death_fails_in_flight_then_the_replica_serves_again(base_url: st
     deadline = time.monotonic() + RESTART_TIMEOUT_S
     statuses: set[int] = set()
     while True:
-        r = httpx.post(f"{base_url}/completions", json={"model": CHAT_MODEL, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}, timeout=120)
+        r = httpx.post(
+            f"{base_url}/completions",
+            json={
+                "model": CHAT_MODEL,
+                "prompt": "The capital of France is",
+                "max_tokens": 3,
+                "temperature": 0,
+            },
+            timeout=120,
+        )
         if r.status_code == 200 or time.monotonic() > deadline:
             break
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
