@@ -63,6 +63,7 @@ class VllmEngine(Engine):
         self._stats = VllmEngineStats()
         self._active: set[str] = set()
         self._watcher: asyncio.Task[None] | None = None
+        self._failure: str | None = None  # set when the engine is gone for good
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -90,11 +91,17 @@ class VllmEngine(Engine):
     async def _watch(self) -> None:
         """Replace a dead EngineCore. vLLM's own monitor thread marks the engine dead; polling that
         flag once a second is cheap and needs no request to notice an idle engine's death."""
-        while self._stats.engine_restarts < MAX_ENGINE_RESTARTS:
+        while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
             llm = self._llm
             if llm is None or not llm.errored:
                 continue
+            if self._stats.engine_restarts >= MAX_ENGINE_RESTARTS:
+                self._failure = (
+                    f"The model's engine failed {MAX_ENGINE_RESTARTS + 1} times; it is not restarted again."
+                )
+                log.error("%s", self._failure)
+                return
             log.error("vLLM EngineCore died; starting a new engine in this replica")
             self._llm = None
             self._stats.engine_restarts += 1
@@ -102,15 +109,17 @@ class VllmEngine(Engine):
             await asyncio.to_thread(llm.shutdown)
             try:
                 self._llm = await self._build()
-            except Exception:
+            except Exception as exc:
+                self._failure = f"The model's engine could not be restarted: {exc}"
                 log.exception("could not restart the vLLM engine")
                 return
-        log.error("vLLM engine restarted %d times; not restarting it again", MAX_ENGINE_RESTARTS)
 
     def _engine(self) -> Any:
+        if self._failure is not None:
+            raise EngineError(self._failure, code="engine_dead")
         llm = self._llm
         if llm is None:
-            if self._watcher is not None and not self._watcher.done():
+            if self._watcher is not None:
                 raise ServiceUnavailableError(
                     "The model's engine is restarting after a failure; retry shortly."
                 )

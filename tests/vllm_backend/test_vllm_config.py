@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backends.engines import make_engine
-from backends.model_files import ModelFileError
+from backends.model_files import ModelFileError, anchor_source
 from protocol.config import GatewayConfig, ModelConfig
 
 
@@ -60,3 +60,5 @@ def test_env_and_home_relative_paths_are_accepted() -> None:
         }
     )
     assert config.models[0].env == {"OMP_NUM_THREADS": "1"}
+    # `~` is the loading node's home: the gateway does not anchor it to the config's folder.
+    assert anchor_source(config.models[0].source, Path("/etc")).path == "~/models/m"  # type: ignore[arg-type]
