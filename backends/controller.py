@@ -204,7 +204,7 @@ class Controller:
                     f"`source.path` must be absolute (got `{spec.source.path}`).", param="source"
                 )
             try:
-                await asyncio.to_thread(resolve_model_file, spec.source)
+                await asyncio.to_thread(resolve_model_file, spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise BadRequestError(str(exc), param="source") from None
         why = await check_feasible(spec)

@@ -204,6 +204,7 @@ class Deployment:
                 num_cpus=spec.num_cpus,
                 num_gpus=spec.num_gpus,
                 resources=spec.resources or None,
+                runtime_env={"env_vars": spec.env} if spec.env else None,
             )
             .remote(spec)
         )

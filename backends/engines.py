@@ -15,7 +15,16 @@ def make_engine(config: ModelConfig) -> Engine:
         return SyntheticEngine(config.engine)
     if config.source is None:
         raise ValueError(f"model `{config.name}` has no `source`")
-    path = resolve_model_file(config.source)
+    path = resolve_model_file(config.source, folder=config.backend == "vllm")
+    if config.backend == "vllm":
+        from backends.vllm_engine import VllmEngine
+
+        return VllmEngine(
+            str(path),
+            embedding=config.task == "embed",
+            engine_kwargs=config.engine,
+            num_gpus=config.num_gpus,
+        )
     if config.backend == "llama_cpp" and config.task == "generate" and int(config.engine.get("n_seq_max", 1)) > 1:
         from backends.llama_cpp_batched import BatchedLlamaCppEngine
 

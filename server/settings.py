@@ -83,7 +83,7 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
     for spec in specs:
         if spec.source is not None and spec.backend != "synthetic":
             try:
-                resolve_model_file(spec.source)
+                resolve_model_file(spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
     return specs

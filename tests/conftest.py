@@ -32,12 +32,21 @@ def ray_address() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def default_gateway(
+    ray_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    """The gateway serving models/default.yaml; a folder's conftest may point `gateway` elsewhere
+    (tests/vllm_backend does) and still reach this one by name."""
     log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
     gw = start_gateway(["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address], log_path)
     yield gw
     code = gw.stop()
     assert code == 0, f"gateway exited with {code}:\n{gw.log()[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def gateway(default_gateway: GatewayProcess) -> GatewayProcess:
+    return default_gateway
 
 
 @pytest.fixture(scope="session")

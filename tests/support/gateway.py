@@ -65,14 +65,18 @@ def start_gateway(
     )
     gateway = GatewayProcess(proc, port, log_path, log_file)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with {proc.returncode}:\n{gateway.log()[-4000:]}")
-        try:
-            if httpx.get(f"{gateway.url}/health", timeout=2).status_code == 200:
-                return gateway
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {proc.returncode}:\n{gateway.log()[-4000:]}")
+            try:
+                if httpx.get(f"{gateway.url}/health", timeout=2).status_code == 200:
+                    return gateway
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+    except BaseException:  # e.g. pytest-timeout firing mid-start: never leave the process behind
+        gateway.stop()
+        raise
     gateway.stop()
     raise RuntimeError(f"gateway did not become healthy in {timeout}s:\n{gateway.log()[-4000:]}")

