@@ -26,7 +26,14 @@ def ray_address() -> Iterator[str]:
     """A local Ray cluster owned by the test session; the gateway attaches to it like it would to
     a production cluster, and tests can reach the replica actors to observe the engines."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, namespace="raygate", include_dashboard=False, log_to_driver=False)
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=4, namespace="raygate", include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:  # Ray gives its raylet a fixed 30 s to register: slow on a busy box
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
