@@ -214,3 +214,18 @@ def test_tokenizer_errors(
     assert r.status_code == status, r.text
     if param is not None:
         assert r.json()["error"]["param"] == param
+
+
+def test_developer_role_is_a_system_turn(client: openai.OpenAI, base_url: str) -> None:
+    messages: list[Any] = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    ]
+    out = client.chat.completions.create(model=CHAT_MODEL, messages=messages, max_tokens=2)
+    assert out.choices[0].message.content is not None
+    tok = httpx.post(
+        f"{root(base_url)}/tokenize",
+        json={"model": CHAT_MODEL, "messages": messages, "return_token_strs": True},
+        timeout=60,
+    ).json()
+    assert "".join(tok["token_strs"]).startswith("<|im_start|>system\nBe brief.<|im_end|>")
