@@ -1,5 +1,5 @@
 """`python -m bench` (what `make bench` runs): the default plan, then
-bench/results/<date>.json, bench/results/<date>.png and the Markdown tables on stdout.
+bench/results/<date>.json, <date>.png and <date>.md (the Markdown tables, also on stdout).
 
     python -m bench                      # the default set (< 10 minutes on 2 cores)
     python -m bench --quick              # every step with tiny counts (a smoke run)
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <date>.json and .png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     scenarios = tuple(s for s in plan.SCENARIOS if not args.only or s.name in args.only)
     if args.quick:
@@ -51,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     json_path, png_path = args.out / f"{stem}.json", args.out / f"{stem}.png"
     json_path.write_text(json.dumps(record, indent=1, default=float) + "\n")
     chart.render(record, png_path)
-    print(report.markdown_targets(rows))
-    print()
-    print(report.markdown_runs(record))
-    print(f"\nwrote {json_path} and {png_path} in {record['duration_s']:.0f}s")
+    tables = f"{report.markdown_targets(rows)}\n\n{report.markdown_runs(record)}\n"
+    (args.out / f"{stem}.md").write_text(f"# `{record['command']}`, {record['date']}\n\n{tables}")
+    print(tables)
+    print(f"wrote {json_path}, .md and .png in {record['duration_s']:.0f}s")
     return 0
 
 

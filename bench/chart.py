@@ -51,7 +51,9 @@ def render(record: dict[str, Any], path: Path) -> None:
             ax.grid(True, which="both", alpha=0.3)
         ax_tps.set_ylim(bottom=0)
         ax_tps.legend(fontsize=8)
-    load = record.get("machine_before", {}).get("loadavg", [0])[0]
-    fig.suptitle(f"Raygate bench {record.get('date', '')} — {record.get('machine_before', {}).get('cpus')} cores, load {load:.1f}")
+    loads = [r["loadavg"] for s in record.get("scenarios", {}).values() for r in s["runs"] if "loadavg" in r]
+    load = f", load average {min(loads):.0f}–{max(loads):.0f}" if loads else ""
+    cpus = record.get("machine_before", {}).get("cpus")
+    fig.suptitle(f"Raygate bench {record.get('date', '')}: {cpus} cores shared with other work{load}")
     fig.savefig(path, dpi=100)
     plt.close(fig)

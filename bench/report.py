@@ -154,8 +154,8 @@ def markdown_targets(rows: list[TargetRow]) -> str:
 def markdown_runs(record: dict[str, Any]) -> str:
     """Every (scenario, target, concurrency) cell: the numbers behind the targets."""
     lines = [
-        "| scenario | target | c | ok/sent | tok/s | req/s | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | target | c | ok/sent | tok/s | req/s | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, scenario in record.get("scenarios", {}).items():
         for run in sorted(scenario["runs"], key=lambda r: (r["concurrency"], r["target"])):
@@ -165,6 +165,7 @@ def markdown_runs(record: dict[str, Any]) -> str:
                 f"| {name} | {run['target']} | {run['concurrency']} | {s['completed']}/{s['requests']} "
                 f"| {s['output_throughput']:,.1f} | {s['request_throughput']:.2f} "
                 f"| {t['p50']:.1f} / {t['p90']:.1f} / {t['p99']:.1f} | {i['p50']:.2f} / {i['p99']:.2f} "
-                f"| {s['tpot_ms']['p50']:.2f} | {s['e2e_ms']['p50']:.0f} | {s['failures'] or ''} |"
+                f"| {s['tpot_ms']['p50']:.2f} | {s['e2e_ms']['p50']:.0f} | {s['failures'] or ''} "
+                f"| {run.get('loadavg', float('nan')):.1f} |"
             )
     return "\n".join(lines)

@@ -117,6 +117,7 @@ async def warm_up(scenario: plan.Scenario, targets: Targets) -> None:
 
 async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[str, Any]]:
     collected: dict[tuple[str, int], tuple[list[RequestResult], float]] = {}
+    loads: dict[tuple[str, int], list[float]] = {}  # 1-minute load average: how shared the cores were
     await warm_up(scenario, targets)
     for level in scenario.levels:
         for r in range(scenario.rounds):
@@ -130,10 +131,16 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
                 )
                 done, total = collected.get((target, level), ([], 0.0))
                 collected[(target, level)] = (done + results, total + wall)
+                loads.setdefault((target, level), []).append(os.getloadavg()[0])
                 ok = sum(x.ok for x in results)
                 log.info("%s %s c=%d round %d: %d/%d ok in %.1fs", scenario.name, target, level, r, ok, len(results), wall)
     return [
-        {"target": t, "concurrency": c, "summary": summarize(res, wall).to_dict()}
+        {
+            "target": t,
+            "concurrency": c,
+            "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
+            "summary": summarize(res, wall).to_dict(),
+        }
         for (t, c), (res, wall) in collected.items()
     ]
 
