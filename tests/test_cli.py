@@ -42,9 +42,9 @@ def test_embedded_ray_serves_and_exits_cleanly(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     gw = start_gateway(["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")], tmp_path / "gw.log", env=env)
     try:
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
-        assert [m.id for m in client.models.list()] == ["minilm"]
-        assert len(client.embeddings.create(model="minilm", input="hi").data[0].embedding) == 384
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0) as client:
+            assert [m.id for m in client.models.list()] == ["minilm"]
+            assert len(client.embeddings.create(model="minilm", input="hi").data[0].embedding) == 384
     finally:
         code = gw.stop()
     assert code == 0, gw.log()[-3000:]
