@@ -26,9 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.capabilities import refuse_advanced
 from backends.llama_cpp_engine import DEFAULT_ENGINE_KWARGS, LlamaCppEngine
 from backends.text_stream import StopMatcher, Utf8Stream
-from protocol.errors import EngineError, UnsupportedParameterError
+from protocol.errors import EngineError
 from protocol.generation import Delta, FinishReason, GenerateRequest, SamplingParams
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
@@ -102,22 +103,7 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
         The scheduler samples with its own plain chain (`_sampler`), so what needs the
         one-sequence engine's sampler (`sampler`, closed by the caller) is refused, not dropped."""
         sampling = request.sampling
-        refused = [
-            name
-            for name, used in (
-                ("logprobs", sampling.logprobs is not None or sampling.prompt_logprobs is not None),
-                ("logit_bias", bool(sampling.logit_bias)),
-                ("response_format", sampling.json_schema is not None),
-                ("tools", bool(request.tools)),
-            )
-            if used
-        ]
-        if refused:
-            raise UnsupportedParameterError(
-                f"`{refused[0]}` is not supported by the llama_cpp backend with `n_seq_max` > 1 "
-                "(batched decoding); serve the model with n_seq_max: 1 to use it.",
-                param=refused[0],
-            )
+        refuse_advanced(request, "llama_cpp (batched, n_seq_max > 1)")
         seq = _Sequence(prompt, budget, sampling, cancel, emit, stops=StopMatcher(sampling.stop))
         self._incoming.put(seq)
         seq.done.wait()

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends import vllm_support
+from backends.capabilities import refuse_advanced
 from backends.engine import Engine, EngineStats
 from backends.vllm_support import CoreCounters, VllmEngineStats, stat_logger_factory, to_vllm_sampling
 from protocol.errors import (
@@ -213,6 +214,7 @@ class VllmEngine(Engine):
         llm = self._engine()
         if self._embedding:
             raise BadRequestError("This model only serves embeddings.", param="model")
+        refuse_advanced(request, "vllm")
         ids = await asyncio.to_thread(self._prompt_ids, request)
         budget = self._budget(request, len(ids))
         params = to_vllm_sampling(request.sampling, budget)

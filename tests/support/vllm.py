@@ -28,30 +28,31 @@ def missing_setup() -> str | None:
     return None
 
 
-def actor_names() -> set[str]:
+# The vLLM gateway runs its own controller (its own Ray namespace): gateways that share a namespace
+# share one registry, and this one must serve examples/vllm-cpu.yaml, not the default models.
+VLLM_NAMESPACE = "raygate-vllm"
+
+
+def actor_names(namespace: str = VLLM_NAMESPACE) -> set[str]:
     return {
-        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("raygate:")
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"].startswith("raygate:")
     }
 
 
 @dataclass
 class VllmDeployment:
-    """The vLLM gateway, and the name suffix its registry gave its replica actors: the default
-    gateway's replicas of the same model names live in the same Ray namespace."""
+    """The vLLM gateway and the Ray namespace its controller and replicas live in."""
 
     process: GatewayProcess
-    actor_suffixes: set[str]
+    namespace: str = VLLM_NAMESPACE
 
     def replica(self, model: str) -> Any:
         """The one replica actor serving `model` in this gateway."""
-        names = [
-            n
-            for n in actor_names()
-            if re.fullmatch(rf"raygate:{re.escape(model)}:\d+:.+", n)
-            and n.rsplit(":", 1)[1] in self.actor_suffixes
-        ]
+        names = [n for n in actor_names(self.namespace) if re.fullmatch(rf"raygate:{re.escape(model)}:\d+:.+", n)]
         assert len(names) == 1, names
-        return ray.get_actor(names[0], namespace="raygate")
+        return ray.get_actor(names[0], namespace=self.namespace)
 
 
 def replica_pid(actor: Any) -> int:

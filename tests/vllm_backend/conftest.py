@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.support.gateway import GatewayProcess, start_gateway
-from tests.support.vllm import VLLM_CONFIG, VllmDeployment, actor_names, missing_setup
+from tests.support.vllm import VLLM_CONFIG, VLLM_NAMESPACE, VllmDeployment, missing_setup
 
 ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core machine
 
@@ -41,13 +41,12 @@ def vllm(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     if missing:
         pytest.fail(f"{missing}: run `make vllm-setup` (or `make test`, which does)", pytrace=False)
     log_path = tmp_path_factory.mktemp("vllm-gateway") / "gateway.log"
-    names_before = actor_names()
     gw = start_gateway(
-        ["--config", str(VLLM_CONFIG), "--ray-address", ray_address],
+        ["--config", str(VLLM_CONFIG), "--ray-address", ray_address, "--ray-namespace", VLLM_NAMESPACE],
         log_path,
         timeout=ENGINE_START_TIMEOUT_S,
     )
-    yield VllmDeployment(gw, {n.rsplit(":", 1)[1] for n in actor_names() - names_before})
+    yield VllmDeployment(gw)
     code = gw.stop(timeout=120)
     assert code == 0, f"vLLM gateway exited with {code}:\n{gw.log()[-4000:]}"
 
