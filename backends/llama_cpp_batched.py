@@ -133,7 +133,7 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
                     seq = running[slot]
                     if self._on_token(seq, seq.sampler.sample(self._ctx, index)):
                         del running[slot]
-            except Exception as exc:  # fail what runs, keep serving: never strand a waiting request
+            except Exception as exc:  # noqa: BLE001 - fail what runs, keep serving: strand no request
                 for slot, seq in running.items():
                     cached[slot] = []
                     self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)

@@ -21,7 +21,9 @@ STYLE = {
 }
 
 
-def _series(record: dict[str, Any], scenarios: tuple[str, ...]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+def _series(
+    record: dict[str, Any], scenarios: tuple[str, ...]
+) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for name in scenarios:
         for run in record.get("scenarios", {}).get(name, {}).get("runs", []):

@@ -2,8 +2,9 @@
 
 Written on a bare asyncio protocol with httptools' C parser (both already installed with uvicorn)
 instead of httpx/aiohttp, because the client shares two cores with the server it measures: at ~10k
-SSE frames/s a general-purpose client's per-frame cost would be measured as server time. Each worker keeps one keep-alive connection, as `vllm bench serve`'s
-aiohttp session does. The same client drives every HTTP target, so their ratios are fair.
+SSE frames/s a general-purpose client's per-frame cost would be measured as server time. Each
+worker keeps one keep-alive connection, as `vllm bench serve`'s aiohttp session does. The same
+client drives every HTTP target, so their ratios are fair.
 
 Output tokens are `usage.completion_tokens` when the server sends usage (we always ask with
 `stream_options.include_usage`), else the number of text-carrying chunks (llama_cpp.server sends no
@@ -243,7 +244,7 @@ def http_worker_factory(
                 )
             except HttpError as exc:
                 result.status, result.error = exc.status, str(exc)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 result.status, result.error = "timeout", f"no end after {REQUEST_TIMEOUT_S:.0f}s"
             except (OSError, ValueError) as exc:
                 result.status, result.error = "connection", repr(exc)[:200]

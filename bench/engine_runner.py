@@ -55,4 +55,3 @@ def engine_worker_factory(
         return run, close
 
     return make
-

@@ -90,9 +90,7 @@ def build_app(config_path: Path) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        routers = [
-            await _start_engines(m, config_path.parent) for m in config.models if m.task == "generate"
-        ]
+        routers = [await _start_engines(m, config_path.parent) for m in config.models if m.task == "generate"]
         app.state.registry = InProcessRegistry(routers)
         yield
 

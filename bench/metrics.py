@@ -11,6 +11,7 @@ Pure functions over plain data, so the arithmetic is unit-tested without a serve
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -43,8 +44,7 @@ class RequestResult:
 
     @property
     def itls(self) -> list[float]:
-        t = self.chunk_times
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in itertools.pairwise(self.chunk_times)]
 
     @property
     def tpot(self) -> float | None:

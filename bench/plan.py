@@ -65,10 +65,36 @@ class Scenario:
 
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("llama-c1", "llama", ("L0", "L1", "L2", "peer"), (1,), rounds=3, requests_per_stream=2, min_requests=2),
-    Scenario("llama-load", "llama", ("L2", "L2-batched", "peer"), (2, 4, 8), rounds=1, requests_per_stream=2, min_requests=4),
-    Scenario("instant", "instant", ("bare", "bare-joined", "L1", "L2"), (1,), rounds=3, requests_per_stream=100, min_requests=100),
-    Scenario("instant-load", "instant", ("bare", "bare-joined", "L1", "L2"), (8, 32), rounds=1, requests_per_stream=25, min_requests=200),
+    Scenario(
+        "llama-c1", "llama", ("L0", "L1", "L2", "peer"), (1,), rounds=4, requests_per_stream=3, min_requests=3
+    ),
+    Scenario(
+        "llama-load",
+        "llama",
+        ("L2", "L2-batched", "peer"),
+        (2, 4, 8),
+        rounds=1,
+        requests_per_stream=2,
+        min_requests=4,
+    ),
+    Scenario(
+        "instant",
+        "instant",
+        ("bare", "bare-joined", "L1", "L2"),
+        (1,),
+        rounds=3,
+        requests_per_stream=100,
+        min_requests=100,
+    ),
+    Scenario(
+        "instant-load",
+        "instant",
+        ("bare", "bare-joined", "L1", "L2"),
+        (8, 32),
+        rounds=1,
+        requests_per_stream=25,
+        min_requests=200,
+    ),
     Scenario("paced", "paced", ("L1", "L2"), (1, 8), rounds=2, requests_per_stream=3, min_requests=6),
 )
 MEMORY_REQUESTS = 2000

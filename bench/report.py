@@ -57,86 +57,130 @@ def memory_slopes(memory: dict[str, Any]) -> dict[str, float]:
 
 def evaluate(record: dict[str, Any]) -> list[TargetRow]:
     rows: list[TargetRow] = []
-    get = lambda s, t, c: _summary(record, s, t, c)  # noqa: E731
+
+    def get(scenario: str, target: str, level: int) -> dict[str, Any] | None:
+        return _summary(record, scenario, target, level)
 
     l0, l2 = get("llama-c1", "L0", 1), get("llama-c1", "L2", 1)
     if l0 and l2:
         r = _ratio(l2["output_throughput"], l0["output_throughput"])
-        rows.append(TargetRow(
-            "Gateway vs engine in-process, c=1: tokens/s", "≥ 0.97×",
-            f"{l2['output_throughput']:.1f} vs {l0['output_throughput']:.1f} tok/s = {r:.3f}×", r >= 0.97,
-        ))
+        rows.append(
+            TargetRow(
+                "Gateway vs engine in-process, c=1: tokens/s",
+                "≥ 0.97×",
+                f"{l2['output_throughput']:.1f} vs {l0['output_throughput']:.1f} tok/s = {r:.3f}×",
+                r >= 0.97,
+            )
+        )
         d = l2["ttft_ms"]["p50"] - l0["ttft_ms"]["p50"]
-        rows.append(TargetRow(
-            "Gateway vs engine in-process, c=1: TTFT overhead p50", "≤ 5 ms",
-            f"{l2['ttft_ms']['p50']:.1f} − {l0['ttft_ms']['p50']:.1f} = {d:+.1f} ms", d <= 5,
-        ))
+        rows.append(
+            TargetRow(
+                "Gateway vs engine in-process, c=1: TTFT overhead p50",
+                "≤ 5 ms",
+                f"{l2['ttft_ms']['p50']:.1f} − {l0['ttft_ms']['p50']:.1f} = {d:+.1f} ms",
+                d <= 5,
+            )
+        )
     bare, g1, l1i = get("instant", "bare", 1), get("instant", "L2", 1), get("instant", "L1", 1)
     if g1:
-        rows.append(TargetRow(
-            "Gateway alone (instant engine), c=1: SSE tokens/s", "≥ 8,000",
-            f"{g1['output_throughput']:,.0f} tok/s", g1["output_throughput"] >= 8000,
-        ))
+        rows.append(
+            TargetRow(
+                "Gateway alone (instant engine), c=1: SSE tokens/s",
+                "≥ 8,000",
+                f"{g1['output_throughput']:,.0f} tok/s",
+                g1["output_throughput"] >= 8000,
+            )
+        )
     joined = get("instant", "bare-joined", 1)
     for base, label in ((bare, "one write per frame"), (joined, "all frames in one write")):
         if g1 and base:
             r = _ratio(g1["output_throughput"], base["output_throughput"])
-            rows.append(TargetRow(
-                f"Gateway alone vs bare uvicorn streaming app ({label}), c=1", "≥ 0.5×",
-                f"{g1['output_throughput']:,.0f} vs {base['output_throughput']:,.0f} tok/s = {r:.2f}×", r >= 0.5,
-            ))
+            rows.append(
+                TargetRow(
+                    f"Gateway alone vs bare uvicorn streaming app ({label}), c=1",
+                    "≥ 0.5×",
+                    f"{g1['output_throughput']:,.0f} vs {base['output_throughput']:,.0f} tok/s = {r:.2f}×",
+                    r >= 0.5,
+                )
+            )
     if l1i and g1:
         r = _ratio(g1["output_throughput"], l1i["output_throughput"])
-        rows.append(TargetRow(
-            "Gateway alone vs same HTTP layer without Ray (L2/L1), c=1", "(ladder)",
-            f"{r:.2f}×", None,
-        ))
+        rows.append(
+            TargetRow(
+                "Gateway alone vs same HTTP layer without Ray (L2/L1), c=1",
+                "(ladder)",
+                f"{r:.2f}×",
+                None,
+            )
+        )
     paced = get("paced", "L2", 1)
     if paced:
         extra = paced["ttft_ms"]["p50"] - plan.PACED_TTFT_MS
-        rows.append(TargetRow(
-            f"No first-token batching delay (engine TTFT {plan.PACED_TTFT_MS:.0f} ms), c=1",
-            "TTFT p50 − 20 ms ≤ 5 ms",
-            f"{paced['ttft_ms']['p50']:.1f} ms (+{extra:.1f} ms)", extra <= 5,
-        ))
+        rows.append(
+            TargetRow(
+                f"No first-token batching delay (engine TTFT {plan.PACED_TTFT_MS:.0f} ms), c=1",
+                "TTFT p50 − 20 ms ≤ 5 ms",
+                f"{paced['ttft_ms']['p50']:.1f} ms (+{extra:.1f} ms)",
+                extra <= 5,
+            )
+        )
     peer1, g1l = get("llama-c1", "peer", 1), l2
     if peer1 and g1l:
         r = _ratio(g1l["output_throughput"], peer1["output_throughput"])
-        rows.append(TargetRow(
-            "vs llama_cpp.server, c=1: tokens/s", "≥ 1.0×",
-            f"{g1l['output_throughput']:.1f} vs {peer1['output_throughput']:.1f} tok/s = {r:.2f}×", r >= 1.0,
-        ))
+        rows.append(
+            TargetRow(
+                "vs llama_cpp.server, c=1: tokens/s",
+                "≥ 1.0×",
+                f"{g1l['output_throughput']:.1f} vs {peer1['output_throughput']:.1f} tok/s = {r:.2f}×",
+                r >= 1.0,
+            )
+        )
     peer8 = get("llama-load", "peer", 8)
     for target, label in (("L2", "2 replicas"), ("L2-batched", "2 replicas × 4 sequences per decode")):
         g8 = get("llama-load", target, 8)
         if not (peer8 and g8):
             continue
         r = _ratio(g8["output_throughput"], peer8["output_throughput"])
-        rows.append(TargetRow(
-            f"vs llama_cpp.server, c=8, {label}: aggregate tokens/s", "≥ 2×",
-            f"{g8['output_throughput']:.1f} vs {peer8['output_throughput']:.1f} tok/s = {r:.2f}×", r >= 2.0,
-        ))
+        rows.append(
+            TargetRow(
+                f"vs llama_cpp.server, c=8, {label}: aggregate tokens/s",
+                "≥ 2×",
+                f"{g8['output_throughput']:.1f} vs {peer8['output_throughput']:.1f} tok/s = {r:.2f}×",
+                r >= 2.0,
+            )
+        )
         a, b = g8["ttft_ms"]["p90"], peer8["ttft_ms"]["p90"]
-        rows.append(TargetRow(
-            f"vs llama_cpp.server, c=8, {label}: TTFT p90", "lower than the peer's",
-            f"{a:,.0f} vs {b:,.0f} ms", a < b,
-        ))
+        rows.append(
+            TargetRow(
+                f"vs llama_cpp.server, c=8, {label}: TTFT p90",
+                "lower than the peer's",
+                f"{a:,.0f} vs {b:,.0f} ms",
+                a < b,
+            )
+        )
     memory = record.get("memory")
     if memory:
         slopes = memory_slopes(memory)
         first, last = memory["samples"][0], memory["samples"][-1]
         g = slopes["gateway"]
-        rows.append(TargetRow(
-            f"Memory over {memory['requests']:,} requests (gateway process)", "no growth",
-            f"RSS {first['gateway_mb']:.0f} → {last['gateway_mb']:.0f} MB; slope {g:+.2f} MB/1k req",
-            abs(g) < 1.0,
-        ))
+        rows.append(
+            TargetRow(
+                f"Memory over {memory['requests']:,} requests (gateway process)",
+                "no growth",
+                f"RSS {first['gateway_mb']:.0f} → {last['gateway_mb']:.0f} MB; slope {g:+.2f} MB/1k req",
+                abs(g) < 1.0,
+            )
+        )
         reps = ", ".join(f"{r['model']} {r['rss_mb']:.0f} MB" for r in record.get("replica_rss_mb", []))
         worst = max((abs(v) for k, v in slopes.items() if k != "gateway"), default=math.nan)
-        rows.append(TargetRow(
-            "Memory per replica", "reported; no growth",
-            f"{reps}; worst slope {worst:.2f} MB/1k req", worst < 1.0,
-        ))
+        rows.append(
+            TargetRow(
+                "Memory per replica",
+                "reported; no growth",
+                f"{reps}; worst slope {worst:.2f} MB/1k req",
+                worst < 1.0,
+            )
+        )
     return rows
 
 
@@ -154,7 +198,10 @@ def markdown_targets(rows: list[TargetRow]) -> str:
 def markdown_runs(record: dict[str, Any]) -> str:
     """Every (scenario, target, concurrency) cell: the numbers behind the targets."""
     lines = [
-        "| scenario | target | c | ok/sent | tok/s | req/s | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures | load |",
+        (
+            "| scenario | target | c | ok/sent | tok/s | req/s | TTFT p50 / p90 / p99 ms "
+            "| ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures | load |"
+        ),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, scenario in record.get("scenarios", {}).items():

@@ -67,10 +67,25 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
         "L1": [py, "-m", "bench.inproc_app", "--config", str(CONFIG), "--port", "{port}"],
         "L2": [str(servers.BIN / "raygate"), "serve", "--config", str(CONFIG), "--port", "{port}"],
         "peer": [
-            py, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", plan.LLAMA_MODEL,
-            "--n_ctx", str(engine_kwargs.get("n_ctx", 2048)), "--n_threads", str(threads),
-            "--n_threads_batch", str(threads), "--interrupt_requests", "False",
-            "--host", "127.0.0.1", "--port", "{port}",
+            py,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf),
+            "--model_alias",
+            plan.LLAMA_MODEL,
+            "--n_ctx",
+            str(engine_kwargs.get("n_ctx", 2048)),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--interrupt_requests",
+            "False",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
         ],
         "bare": [py, "-m", "bench.bare_app", "--port", "{port}"],
     }
@@ -133,7 +148,16 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
                 collected[(target, level)] = (done + results, total + wall)
                 loads.setdefault((target, level), []).append(os.getloadavg()[0])
                 ok = sum(x.ok for x in results)
-                log.info("%s %s c=%d round %d: %d/%d ok in %.1fs", scenario.name, target, level, r, ok, len(results), wall)
+                log.info(
+                    "%s %s c=%d round %d: %d/%d ok in %.1fs",
+                    scenario.name,
+                    target,
+                    level,
+                    r,
+                    ok,
+                    len(results),
+                    wall,
+                )
     return [
         {
             "target": t,
@@ -168,13 +192,22 @@ async def run_memory(targets: Targets, requests: int, every: int) -> dict[str, A
         )
         failures += sum(not r.ok for r in results)
         sample(done)
-    return {"requests": requests, "concurrency": plan.MEMORY_CONCURRENCY, "failures": failures, "samples": samples}
+    return {
+        "requests": requests,
+        "concurrency": plan.MEMORY_CONCURRENCY,
+        "failures": failures,
+        "samples": samples,
+    }
 
 
 def replica_rss(gateway: int) -> list[dict[str, Any]]:
     gguf, _ = _llama_settings()
     return [
-        {"pid": p, "model": "llama.cpp" if servers.maps_file(p, gguf) else "synthetic", "rss_mb": servers.rss_mb(p)}
+        {
+            "pid": p,
+            "model": "llama.cpp" if servers.maps_file(p, gguf) else "synthetic",
+            "rss_mb": servers.rss_mb(p),
+        }
         for p in servers.replica_pids(gateway)
     ]
 

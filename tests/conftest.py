@@ -23,12 +23,13 @@ DEFAULT_CONFIG = REPO / "models" / "default.yaml"
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
-    """A local Ray cluster owned by the test session; the gateway attaches to it like it would to
+    """A local Ray cluster owned by the test session (8 logical CPUs on 2 cores: the default, ops
+    and vLLM gateways' replicas plus what the lifecycle tests deploy must all fit at once); the gateway attaches to it like it would to
     a production cluster, and tests can reach the replica actors to observe the engines."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     for attempt in range(3):
         try:
-            ray.init(num_cpus=4, namespace="raygate", include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=8, namespace="raygate", include_dashboard=False, log_to_driver=False)
             break
         except Exception as exc:  # Ray gives its raylet a fixed 30 s to register: slow on a busy box
             ray.shutdown()

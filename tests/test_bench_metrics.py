@@ -30,9 +30,19 @@ def test_percentile_matches_numpy() -> None:
 
 def test_summary_follows_vllm_definitions() -> None:
     # Request 1: sent at 0, text chunks at 0.1, 0.2, 0.4, end 0.5, 5 tokens (several per chunk).
-    a = RequestResult(sent=0.0, ok=True, status="200", first_token=0.1, chunk_times=[0.1, 0.2, 0.4], end=0.5, output_tokens=5)
+    a = RequestResult(
+        sent=0.0,
+        ok=True,
+        status="200",
+        first_token=0.1,
+        chunk_times=[0.1, 0.2, 0.4],
+        end=0.5,
+        output_tokens=5,
+    )
     # Request 2: sent at 0.5, one chunk at 0.8, end 1.0, 1 token: no TPOT, no ITL.
-    b = RequestResult(sent=0.5, ok=True, status="200", first_token=0.8, chunk_times=[0.8], end=1.0, output_tokens=1)
+    b = RequestResult(
+        sent=0.5, ok=True, status="200", first_token=0.8, chunk_times=[0.8], end=1.0, output_tokens=1
+    )
     failed = RequestResult(sent=0.2, status="503")
     s = summarize([a, b, failed])
     assert (s.requests, s.completed, s.failures) == (3, 2, {"503": 1})
@@ -56,7 +66,17 @@ def test_memory_slope() -> None:
 @pytest.fixture(scope="module")
 def synthetic_l1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Raygate's HTTP layer with the synthetic engine in-process (bench's L1 app): no Ray, fast."""
-    argv = [str(servers.BIN / "python"), "-m", "bench.inproc_app", "--config", str(SYNTHETIC_CONFIG), "--port", "{port}", "--log-level", "warning"]
+    argv = [
+        str(servers.BIN / "python"),
+        "-m",
+        "bench.inproc_app",
+        "--config",
+        str(SYNTHETIC_CONFIG),
+        "--port",
+        "{port}",
+        "--log-level",
+        "warning",
+    ]
     server = servers.start("l1-synthetic", argv, tmp_path_factory.mktemp("bench"))
     try:
         servers.wait_healthy(server, "/health", timeout=60)
@@ -67,9 +87,16 @@ def synthetic_l1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.parametrize("path", ["/completions", "/chat/completions"])
 def test_client_smoke_against_synthetic_engine(synthetic_l1: str, path: str) -> None:
-    body: dict[str, object] = {"model": "paced", "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True}}
+    body: dict[str, object] = {
+        "model": "paced",
+        "max_tokens": 16,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     body |= {"prompt": "hi"} if path == "/completions" else {"messages": [{"role": "user", "content": "hi"}]}
-    results, wall = asyncio.run(run_http(synthetic_l1, Workload(path, body, 16), concurrency=3, requests=6, max_seconds=30))
+    results, wall = asyncio.run(
+        run_http(synthetic_l1, Workload(path, body, 16), concurrency=3, requests=6, max_seconds=30)
+    )
     s = summarize(results, wall)
     assert (s.completed, s.failures, s.output_tokens) == (6, {}, 96)
     assert all(len(r.chunk_times) == 16 for r in results)  # one text chunk per synthetic token
@@ -80,7 +107,11 @@ def test_client_smoke_against_synthetic_engine(synthetic_l1: str, path: str) -> 
 def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
     unknown = {"model": "nope", "prompt": "hi", "stream": True}
     short = {"model": "paced", "prompt": "hi", "max_tokens": 4, "stream": True}
-    bad, _ = asyncio.run(run_http(synthetic_l1, Workload("/completions", unknown), concurrency=1, requests=2, max_seconds=30))
-    few, _ = asyncio.run(run_http(synthetic_l1, Workload("/completions", short, 8), concurrency=1, requests=1, max_seconds=30))
+    bad, _ = asyncio.run(
+        run_http(synthetic_l1, Workload("/completions", unknown), concurrency=1, requests=2, max_seconds=30)
+    )
+    few, _ = asyncio.run(
+        run_http(synthetic_l1, Workload("/completions", short, 8), concurrency=1, requests=1, max_seconds=30)
+    )
     assert summarize(bad).failures == {"404": 2}
     assert summarize(few).failures == {"incomplete": 1}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import openai
 
+from bench.servers import replica_pids
 from tests.support.gateway import RAYGATE, REPO, start_gateway
 
 
@@ -45,6 +46,9 @@ def test_embedded_ray_serves_and_exits_cleanly(tmp_path: Path) -> None:
         with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0) as client:
             assert [m.id for m in client.models.list()] == ["minilm"]
             assert len(client.embeddings.create(model="minilm", input="hi").data[0].embedding) == 384
+            # Replicas run at normal priority, not at Ray's default worker nice 15 (see ray_cluster).
+            replicas = replica_pids(gw.proc.pid)
+            assert replicas and all(os.getpriority(os.PRIO_PROCESS, p) == 0 for p in replicas)
     finally:
         code = gw.stop()
     assert code == 0, gw.log()[-3000:]
