@@ -10,6 +10,7 @@ token of work.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import threading
@@ -87,9 +88,7 @@ class LlamaCppEngine(Engine):
         return int(self._llm.n_ctx())
 
     def stats(self) -> EngineStats:
-        snapshot = EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
-        snapshot.running_ids = tuple(self._cancel_flags)
-        return snapshot
+        return dataclasses.replace(self._stats, running_ids=tuple(self._cancel_flags))
 
     async def check_health(self) -> None:
         if self._llm is None:

@@ -18,6 +18,7 @@ Engine kwargs (the `engine:` block of a model config):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 from collections.abc import AsyncIterator
@@ -54,9 +55,7 @@ class SyntheticEngine(Engine):
         return self._context
 
     def stats(self) -> EngineStats:
-        snapshot = EngineStats(**{f: getattr(self._stats, f) for f in self._stats.__slots__})
-        snapshot.running_ids = tuple(self._running_ids)
-        return snapshot
+        return dataclasses.replace(self._stats, running_ids=tuple(self._running_ids))
 
     async def check_health(self) -> None:
         return None
