@@ -28,7 +28,7 @@ from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import SchemaConverter
 
 from backends import tool_calls
-from protocol.errors import BadRequestError, UnsupportedParameterError
+from protocol.errors import BadRequestError
 from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 
 BACKEND = "llama_cpp"
@@ -60,13 +60,8 @@ def _tool_grammar(tools: ToolsSpec) -> str:
 def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str, bool] | None:
     """The GBNF grammar constraining this request and whether it is lazy (waits for the
     `<tool_call>` trigger), or None. Raises a 400 for a schema the converter cannot handle."""
+    tool_calls.refuse_schema_with_tools(sampling, tools, BACKEND)
     use_tools = tool_calls.active(tools)
-    if sampling.json_schema is not None and use_tools:
-        raise UnsupportedParameterError(
-            f"`response_format` together with `tools` is not supported by the {BACKEND} backend "
-            "(set `tool_choice: none`, or drop one of them).",
-            param="response_format",
-        )
     try:
         if sampling.json_schema is not None:
             return _schema_grammar(sampling.json_schema), False

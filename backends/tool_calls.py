@@ -22,7 +22,8 @@ import re
 import uuid
 from typing import Any
 
-from protocol.generation import ChatMessage, FunctionTool, ToolCallDelta, ToolsSpec
+from protocol.errors import UnsupportedParameterError
+from protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCallDelta, ToolsSpec
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -38,6 +39,16 @@ def active(tools: ToolsSpec | None) -> bool:
 
 def forced(tools: ToolsSpec | None) -> bool:
     return active(tools) and tools is not None and tools.choice in ("required", "function")
+
+
+def refuse_schema_with_tools(sampling: SamplingParams, tools: ToolsSpec | None, backend: str) -> None:
+    """One constraint per request: a call block and a response schema cannot both hold."""
+    if sampling.json_schema is not None and active(tools):
+        raise UnsupportedParameterError(
+            f"`response_format` together with `tools` is not supported by the {backend} backend "
+            "(set `tool_choice: none`, or drop one of them).",
+            param="response_format",
+        )
 
 
 def system_block(tools: ToolsSpec) -> str:

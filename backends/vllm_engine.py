@@ -25,17 +25,35 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends import vllm_support
-from backends.capabilities import refuse_advanced
+from backends import tool_calls, vllm_support
+from backends.deltas import DeltaBuilder
 from backends.engine import Engine, EngineStats
-from backends.vllm_support import CoreCounters, VllmEngineStats, stat_logger_factory, to_vllm_sampling
+from backends.vllm_support import (
+    CoreCounters,
+    TokenPieces,
+    VllmEngineStats,
+    stat_logger_factory,
+    to_vllm_sampling,
+    token_logprobs,
+)
 from protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
     EngineError,
     ServiceUnavailableError,
+    UnsupportedParameterError,
 )
-from protocol.generation import Delta, EmbedRequest, EmbedResult, FinishReason, GenerateRequest
+from protocol.generation import (
+    ChatMessage,
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    FinishReason,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+    ToolsSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +76,7 @@ class VllmEngine(Engine):
         self._embedding = embedding
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._pieces: TokenPieces | None = None
         self._context = 0
         self._vocab = 0
         self._counters = CoreCounters()
@@ -85,6 +104,7 @@ class VllmEngine(Engine):
             AsyncLLM.from_engine_args, args, stat_loggers=[stat_logger_factory(self._counters)]
         )
         self._tokenizer = llm.get_tokenizer()
+        self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
         self._vocab = int(llm.model_config.get_vocab_size())
         return llm
@@ -149,6 +169,23 @@ class VllmEngine(Engine):
         self._engine()
         return len(await asyncio.to_thread(self._tokenizer.encode, text, add_special_tokens=False))
 
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        self._engine()
+        return await asyncio.to_thread(self._tokenize_sync, request)
+
+    def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
+        assert self._pieces is not None
+        if request.messages is not None:
+            ids = self._chat_ids(request.messages, request.tools, request.add_generation_prompt)
+        else:
+            ids = list(self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens))
+        return TokenizeResult(ids, [self._pieces(t, None)[0] for t in ids], self._context)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        self._engine()
+        self._check_ids(tokens, "tokens")
+        return str(await asyncio.to_thread(self._tokenizer.decode, tokens))
+
     async def abort(self, request_id: str) -> bool:
         known = request_id in self._active
         if known and self._llm is not None:
@@ -159,31 +196,34 @@ class VllmEngine(Engine):
 
     def _prompt_ids(self, request: GenerateRequest) -> list[int]:
         """Runs in a thread: tokenisers and Jinja templates are CPU work."""
-        from jinja2 import TemplateError
-
-        tok = self._tokenizer
         if request.messages is not None:
-            if not getattr(tok, "chat_template", None):
-                raise BadRequestError(
-                    "This model has no chat template; use /v1/completions.", param="messages"
-                )
-            try:
-                text = tok.apply_chat_template(
-                    [
-                        {"role": m.role, "content": m.content} | ({"name": m.name} if m.name else {})
-                        for m in request.messages
-                    ],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-            except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
-                raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages")
-            # The template writes the special tokens itself (as vLLM's chat endpoint does).
-            return list(tok.encode(text, add_special_tokens=False))
+            return self._chat_ids(request.messages, request.tools)
         if isinstance(request.prompt, list):
             self._check_ids(request.prompt, "prompt")
             return list(request.prompt)
-        return list(tok.encode(request.prompt or "", add_special_tokens=True))
+        return list(self._tokenizer.encode(request.prompt or "", add_special_tokens=True))
+
+    def _chat_ids(
+        self, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
+    ) -> list[int]:
+        """The model's own chat template over the turns as `tool_calls.render_messages` writes
+        them (tools in the system turn, earlier calls and tool results as text), so follow-up
+        turns and tool results work with templates that know nothing of tools."""
+        from jinja2 import TemplateError
+
+        tok = self._tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
+        try:
+            text = tok.apply_chat_template(
+                tool_calls.render_messages(messages, tools),
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
+            raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
+        # The template writes the special tokens itself (as vLLM's chat endpoint does).
+        return list(tok.encode(text, add_special_tokens=False))
 
     def _check_ids(self, ids: list[int], param: str) -> None:
         if any(not 0 <= t < self._vocab for t in ids):
@@ -214,29 +254,44 @@ class VllmEngine(Engine):
         llm = self._engine()
         if self._embedding:
             raise BadRequestError("This model only serves embeddings.", param="model")
-        refuse_advanced(request, "vllm")
+        if request.suffix is not None:
+            # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
+            raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
         ids = await asyncio.to_thread(self._prompt_ids, request)
         budget = self._budget(request, len(ids))
-        params = to_vllm_sampling(request.sampling, budget)
+        params = to_vllm_sampling(request.sampling, budget, request.tools)
+        sampling, pieces = request.sampling, self._pieces
+        assert pieces is not None
+        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
+        out = DeltaBuilder(len(ids), parser)
 
         rid = request.request_id
         self._active.add(rid)
         self._stats.requests_total += 1
         self._stats.running += 1
-        n_prompt, n_out, finished = len(ids), 0, False
+        finished = False
         stream = llm.generate({"prompt_token_ids": ids}, params, rid)
         try:
             async with contextlib.aclosing(stream):
                 # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
-                async for out in stream:
-                    piece = out.outputs[0]
-                    n_prompt = len(out.prompt_token_ids) if out.prompt_token_ids else n_prompt
-                    n_out += len(piece.token_ids)
+                async for result in stream:
+                    piece = result.outputs[0]
+                    if result.prompt_token_ids:
+                        out.n_prompt = len(result.prompt_token_ids)
+                    if sampling.prompt_logprobs is not None and result.prompt_logprobs:
+                        out.prompt_logprobs = token_logprobs(
+                            pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
+                        )
+                    if sampling.logprobs is not None and piece.logprobs:
+                        out.logprobs += token_logprobs(
+                            pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
+                        )
+                    out.n_out += len(piece.token_ids)
                     self._stats.tokens_generated_total += len(piece.token_ids)
-                    finished = out.finished
-                    finish = _finish_reason(piece.finish_reason) if finished else None
-                    if piece.text or finish is not None:
-                        yield Delta(piece.text, n_out, n_prompt, finish)
+                    finished = result.finished
+                    delta = out.delta(piece.text, _finish_reason(piece.finish_reason) if finished else None)
+                    if delta is not None:
+                        yield delta
         except EngineDeadError:
             finished = True
             raise EngineError(
@@ -244,7 +299,7 @@ class VllmEngine(Engine):
             ) from None
         except VLLMClientError as exc:
             finished = True
-            raise BadRequestError(str(exc), param=request.prompt_param) from None
+            raise BadRequestError(str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)) from None
         finally:
             self._active.discard(rid)
             self._stats.running -= 1
@@ -295,6 +350,21 @@ class VllmEngine(Engine):
                 "The model's engine failed while embedding; retry the request.", code="engine_dead"
             ) from None
         return EmbedResult(embeddings=[vec for vec, _ in results], prompt_tokens=sum(n for _, n in results))
+
+
+def _error_param(exc: Exception, request: GenerateRequest) -> str:
+    """The request field a vLLM validation error is about, by OpenAI's names."""
+    named = getattr(exc, "parameter", None)
+    if named in ("logit_bias", "logprobs", "seed", "stop"):
+        return str(named)
+    if named == "prompt_logprobs":
+        return "logprobs"
+    if named == "structured_outputs" or "grammar" in str(exc).lower() or "schema" in str(exc).lower():
+        if request.sampling.json_schema is not None:
+            return "response_format"
+        if tool_calls.active(request.tools):
+            return "tools"
+    return request.prompt_param
 
 
 def _finish_reason(reason: object) -> FinishReason:

@@ -7,11 +7,14 @@ must not load an engine library (or need it installed).
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from backends import tool_calls
 from backends.engine import EngineStats
-from protocol.generation import SamplingParams
+from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 
 # Our stat logger below is vLLM's way to see its scheduler; with it, vLLM's own periodic log
 # lines and Prometheus registry would be extra work per step, so they are off unless asked for.
@@ -57,7 +60,7 @@ def engine_kwargs(
     return kwargs
 
 
-def to_vllm_sampling(sampling: SamplingParams, max_tokens: int) -> Any:
+def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec | None = None) -> Any:
     """The request's sampling parameters as vLLM's, with OpenAI's semantics.
 
     * `n` is always 1: the gateway runs each of a request's `n` samples as its own sequence (with
@@ -66,6 +69,9 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int) -> Any:
       `generation_config.json` defaults are not applied (vLLM applies them only in its own server).
     * `DELTA` output: each `RequestOutput` carries only the new text and token ids, which is what
       a stream needs; stop strings are held back by vLLM until decided, so none leaks.
+    * Logprobs are vLLM's default `raw_logprobs` (before bias, penalties, grammar and temperature),
+      the same quantity the llama.cpp engine reports; `logit_bias` is added to the logits, as
+      OpenAI and llama.cpp do.
     """
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -79,9 +85,153 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int) -> Any:
         stop=list(sampling.stop) or None,
         presence_penalty=sampling.presence_penalty,
         frequency_penalty=sampling.frequency_penalty,
+        logprobs=sampling.logprobs,
+        prompt_logprobs=sampling.prompt_logprobs,
+        logit_bias=sampling.logit_bias or None,
+        structured_outputs=structured_outputs(sampling, tools),
         output_kind=RequestOutputKind.DELTA,
         skip_special_tokens=True,
     )
+
+
+# The JSON both engines may write. Unbounded, a small model can spend its whole budget inside a
+# valid object, on newlines or on the digits of one integer; llama-cpp-python's JSON grammars
+# allow one space between tokens and 16 digits per integer, and so does this.
+JSON_WHITESPACE = 1
+JSON_INTEGER_LIMIT = 10**16 - 1
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
+
+
+def structured_outputs(sampling: SamplingParams, tools: ToolsSpec | None) -> Any:
+    """Guided decoding (vLLM's structured outputs, on xgrammar) for `response_format` and tool
+    calls, or None. Always an xgrammar structural tag, because only there is whitespace bounded
+    per request (vLLM's own switch for it is engine-wide).
+
+    Tool calls use the same text format and call schema as the llama.cpp engine's grammar
+    (`backends/tool_calls.py`): with `auto` the model writes freely until it opens `<tool_call>`,
+    and from there the call must parse (a *triggered* tag); with `required` or a named function
+    the whole output is call blocks, back to back, at least one (exactly one without parallel
+    calls), as in the llama.cpp grammar.
+    """
+    from vllm.sampling_params import StructuredOutputsParams
+
+    tool_calls.refuse_schema_with_tools(sampling, tools, "vllm")
+    fmt: dict[str, Any]
+    if sampling.json_schema is not None:
+        fmt = _json(sampling.json_schema)
+    elif tool_calls.active(tools):
+        assert tools is not None
+        tag = {
+            "type": "tag",
+            "begin": tool_calls.OPEN + "\n",
+            "content": _json(tool_calls.call_schema(tools.offered())),
+            "end": "\n" + tool_calls.CLOSE,
+        }
+        if tool_calls.forced(tools):
+            fmt = {"type": "plus", "content": tag} if tools.parallel else tag
+        else:
+            fmt = {
+                "type": "triggered_tags",
+                "triggers": [tool_calls.OPEN],
+                "tags": [tag],
+                "stop_after_first": not tools.parallel,
+            }
+    else:
+        return None
+    return StructuredOutputsParams(structural_tag=json.dumps({"type": "structural_tag", "format": fmt}))
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": _bounded_integers(schema), "max_whitespace_cnt": JSON_WHITESPACE}
+
+
+def _bounded_integers(node: Any) -> Any:
+    """The schema with every integer that has no bound of its own limited to 16 digits."""
+    if isinstance(node, list):
+        return [_bounded_integers(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: v if k in _DATA_KEYWORDS else _bounded_integers(v) for k, v in node.items()}
+    if out.get("type") == "integer":
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -JSON_INTEGER_LIMIT
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = JSON_INTEGER_LIMIT
+    return out
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte: how byte-level tokenizers (GPT-2,
+    Llama 3, Qwen, SmolLM ...) spell arbitrary bytes as printable characters in their vocabulary."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+class TokenPieces:
+    """A token id's raw bytes and text, for logprobs.
+
+    vLLM reports a decoded string per token; a token holding half of a UTF-8 character decodes to
+    a replacement character there, while OpenAI's `bytes` field is meant to carry the real bytes.
+    So for byte-level and byte-fallback vocabularies the bytes come from the vocabulary entry
+    itself, and the text is their lenient decoding (as the llama.cpp engine reports both).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        # "Ġ" is the byte-level spelling of a space: every byte-level vocabulary is full of it.
+        byte_level = any("Ġ" in entry for entry in tokenizer.get_vocab())
+        self._alphabet = _byte_level_alphabet() if byte_level else {}
+        self._cache: dict[int, tuple[str, bytes]] = {}
+
+    def __call__(self, token_id: int, decoded: str | None) -> tuple[str, bytes]:
+        hit = self._cache.get(token_id)
+        if hit is None:
+            hit = self._cache[token_id] = self._piece(token_id, decoded)
+        return hit
+
+    def _piece(self, token_id: int, decoded: str | None) -> tuple[str, bytes]:
+        entry = self._tokenizer.convert_ids_to_tokens(token_id)
+        raw: bytes | None = None
+        if isinstance(entry, str) and entry:
+            if self._alphabet and all(c in self._alphabet for c in entry):
+                raw = bytes(self._alphabet[c] for c in entry)
+            elif not self._alphabet and (match := _BYTE_TOKEN.fullmatch(entry)):
+                raw = bytes([int(match.group(1), 16)])
+        if raw is None:
+            text = decoded if decoded is not None else self._tokenizer.decode([token_id])
+            return text, text.encode()
+        return raw.decode("utf-8", errors="replace"), raw
+
+
+def token_logprobs(
+    pieces: TokenPieces, ids: list[int], entries: list[Any], top: int
+) -> list[TokenLogprob]:
+    """vLLM's per-position `{token_id: Logprob}` maps (the chosen token plus the `top` likeliest,
+    each with its rank) as `TokenLogprob`s; a `None` entry (the first prompt token) has no logprob."""
+    out: list[TokenLogprob] = []
+    for token, entry in zip(ids, entries, strict=True):
+        text, raw = pieces(token, None)
+        if entry is None:
+            out.append(TokenLogprob(text, raw, None))
+            continue
+        chosen = entry[token]
+        text, raw = pieces(token, chosen.decoded_token)
+        best = sorted((lp.rank, -lp.logprob, tid) for tid, lp in entry.items() if lp.rank <= top)
+        alternatives = [
+            TopLogprob(*pieces(tid, entry[tid].decoded_token), float(entry[tid].logprob)) for _, _, tid in best
+        ]
+        out.append(TokenLogprob(text, raw, float(chosen.logprob), alternatives))
+    return out
 
 
 @dataclass(slots=True)

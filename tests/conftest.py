@@ -63,6 +63,13 @@ def base_url(gateway: GatewayProcess) -> str:
 
 
 @pytest.fixture(scope="session")
+def backend() -> str:
+    """The backend serving `gateway`'s models, as error messages name it (the vLLM folder
+    overrides it, with `gateway`)."""
+    return "llama_cpp"
+
+
+@pytest.fixture(scope="session")
 def client(base_url: str) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
         yield c

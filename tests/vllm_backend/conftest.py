@@ -57,6 +57,11 @@ def gateway(vllm: VllmDeployment) -> GatewayProcess:
 
 
 @pytest.fixture(scope="session")
+def backend() -> str:
+    return "vllm"
+
+
+@pytest.fixture(scope="session")
 def base_url(vllm: VllmDeployment) -> str:
     return f"{vllm.process.url}/v1"
 

@@ -34,26 +34,76 @@ def wait_for_stats(vllm: VllmDeployment, done: Callable[[Any], bool], timeout: f
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize(
-    ("extra", "param"),
-    [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
-        ({"logit_bias": {"42": 5}}, "logit_bias"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
-    ],
-)
-def test_unsupported_fields_name_the_vllm_backend(base_url: str, extra: dict, param: str) -> None:
-    """Not mapped to vLLM yet: refused by name before anything is decoded, never dropped."""
+def test_suffix_is_refused_by_name(base_url: str) -> None:
+    """Fill-in-the-middle is not mapped on vLLM (its own server refuses it too): a 400 naming the
+    field and the backend, never a completion that ignored the suffix."""
     r = httpx.post(
-        f"{base_url}/chat/completions",
-        json={"model": CHAT_MODEL, "messages": HELLO, **extra},
+        f"{base_url}/completions",
+        json={"model": CHAT_MODEL, "prompt": "def f(", "suffix": "return x", "max_tokens": 4},
         timeout=60,
     )
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["code"] == "unsupported_parameter" and err["param"] == param
-    assert "vllm" in err["message"]
+    assert err["code"] == "unsupported_parameter" and err["param"] == "suffix" and "vllm" in err["message"]
+
+
+def test_tokenize_and_detokenize_with_the_models_tokenizer(base_url: str, default_gateway: GatewayProcess) -> None:
+    """vLLM's shapes, from the HF tokenizer: the same ids as llama.cpp's GGUF vocabulary."""
+    root = base_url.removesuffix("/v1")
+    r = httpx.post(
+        f"{root}/tokenize",
+        json={"model": CHAT_MODEL, "prompt": "Hello world", "return_token_strs": True},
+        timeout=60,
+    )
+    assert r.json() == {"count": 2, "max_model_len": 2048, "tokens": [19556, 905], "token_strs": ["Hello", " world"]}
+    back = httpx.post(f"{root}/detokenize", json={"model": CHAT_MODEL, "tokens": [19556, 905]}, timeout=60)
+    assert back.json() == {"prompt": "Hello world"}
+    chat = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "return_token_strs": True}
+    ours = httpx.post(f"{root}/tokenize", json=chat, timeout=60).json()
+    theirs = httpx.post(f"{default_gateway.url}/tokenize", json=chat, timeout=60).json()
+    assert ours["tokens"] == theirs["tokens"]
+    assert "".join(ours["token_strs"]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    emb = httpx.post(f"{root}/tokenize", json={"model": EMBED_MODEL, "prompt": "hello world"}, timeout=60).json()
+    assert emb["count"] == 4  # [CLS] hello world [SEP]
+    text = httpx.post(f"{root}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60)
+    assert text.json()["prompt"] == "hello world"
+
+
+def test_logprob_bytes_are_the_tokens_own(base_url: str, default_gateway: GatewayProcess) -> None:
+    """A token holding part of a UTF-8 character reports its real bytes, not the replacement
+    character vLLM's decoded string has: the same bytes llama.cpp reads from its GGUF vocabulary."""
+    root = base_url.removesuffix("/v1")
+    tokens = httpx.post(
+        f"{root}/tokenize", json={"model": CHAT_MODEL, "prompt": "𝄞", "return_token_strs": True}, timeout=60
+    ).json()
+    partial = next(t for t, s in zip(tokens["tokens"], tokens["token_strs"], strict=True) if "\ufffd" in s)
+    body = {
+        "model": CHAT_MODEL,
+        "messages": HELLO,
+        "max_tokens": 1,
+        "logprobs": True,
+        "logit_bias": {str(partial): 100},
+    }
+    ours = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()
+    theirs = httpx.post(f"{default_gateway.url}/v1/chat/completions", json=body, timeout=60).json()
+    raw = bytes(ours["choices"][0]["logprobs"]["content"][0]["bytes"])
+    assert raw == bytes(theirs["choices"][0]["logprobs"]["content"][0]["bytes"])
+    with pytest.raises(UnicodeDecodeError):
+        raw.decode()
+
+
+def test_logprobs_agree_with_llama_cpp(client: openai.OpenAI, default_gateway: GatewayProcess) -> None:
+    """The same weights (bf16 here, Q8 GGUF there) give nearly the same log-probabilities for
+    the same greedy continuation: the values are the model's, not something made up."""
+    kwargs: dict[str, Any] = {
+        "model": CHAT_MODEL, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "logprobs": 2
+    }
+    ours = client.completions.create(**kwargs).choices[0].logprobs
+    with openai.OpenAI(base_url=f"{default_gateway.url}/v1", api_key="unused", max_retries=0) as other:
+        theirs = other.completions.create(**kwargs).choices[0].logprobs
+    assert ours is not None and theirs is not None and ours.tokens == theirs.tokens
+    for a, b in zip(ours.token_logprobs or [], theirs.token_logprobs or [], strict=True):
+        assert a is not None and b is not None and abs(a - b) < 0.15, (ours, theirs)
 
 
 def test_token_ids_outside_the_vocabulary_are_400(base_url: str) -> None:

@@ -3,9 +3,10 @@ same model names served by vLLM (this folder's conftest points `client`, `base_u
 gateway). Listed by name rather than `*`-imported: a test added there for a feature the vLLM
 backend does not map yet should be added here deliberately, not fail here by surprise.
 
-Left out, with the vLLM version in test_vllm_backend.py: the unsupported-field test (it names
-the llama_cpp backend in its message), the disconnect test (vLLM's proves more) and the
-two-replica spread (this config runs one replica: one engine batches everything).
+Left out, with the vLLM version in test_vllm_backend.py: the unsupported-field and suffix tests
+(they name the llama_cpp backend), /tokenize (vLLM's tokenizers spell word pieces differently), the
+disconnect test (vLLM's proves more) and the two-replica spread (this config runs one replica: one
+engine batches everything).
 """
 
 from __future__ import annotations
@@ -48,6 +49,42 @@ from tests.test_errors import (  # noqa: F401
     test_unknown_model_is_404_and_sdk_raises,
     test_unknown_route_and_method,
 )
-from tests.test_langchain import test_chat_invoke_stream_batch, test_embeddings  # noqa: F401
+from tests.test_langchain import (  # noqa: F401
+    test_bind_tools_round_trip,
+    test_chat_invoke_stream_batch,
+    test_embeddings,
+    test_with_structured_output,
+)
+from tests.test_logprobs import (  # noqa: F401
+    test_chat_logprobs_shape_and_values,
+    test_chat_logprobs_stream,
+    test_completions_echo_scores_the_prompt,
+    test_completions_logprobs,
+    test_completions_logprobs_stream,
+    test_top_logprobs_needs_logprobs,
+)
 from tests.test_models_endpoint import test_health, test_list_models, test_retrieve_model  # noqa: F401
+from tests.test_parameters import (  # noqa: F401
+    test_bad_logit_bias_is_400,
+    test_developer_role_is_a_system_turn,
+    test_logit_bias_forces_and_bans,
+    test_tokenizer_errors,
+)
 from tests.test_streaming_lifecycle import test_curl_streaming  # noqa: F401
+from tests.test_structured_output import (  # noqa: F401
+    test_bad_formats_are_400,
+    test_json_object,
+    test_json_schema_output_validates,
+    test_json_schema_streamed,
+    test_sdk_parse_with_pydantic_model,
+)
+from tests.test_tools import (  # noqa: F401
+    test_auto_lets_the_model_choose,
+    test_bad_tool_requests_are_400,
+    test_follow_up_turn_with_tool_results,
+    test_named_choice_forces_that_function,
+    test_none_never_calls,
+    test_required_forces_a_call,
+    test_streamed_calls_carry_index_on_every_piece,
+    test_tool_message_needs_its_call_id,
+)
