@@ -1,10 +1,12 @@
-"""What every generation route does before calling an engine: find the model, refuse what it
-cannot honour, note unknown fields once, and split the request into engine sequences."""
+"""What every generation route does around the engine: find the model, refuse what it cannot
+honour, note unknown fields once, and gather a non-streamed answer."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -19,6 +21,10 @@ from server.context import request_context
 from server.guard import ModelHandle, open_model
 
 log = logging.getLogger(__name__)
+
+# nginx's status for "client closed request": what the access log and metrics record when the
+# client left before a non-streamed answer was ready (nobody receives it).
+CLIENT_CLOSED_REQUEST = 499
 
 _TASK_ENDPOINTS = {"generate": "chat and text completions", "embed": "embeddings"}
 
@@ -118,3 +124,41 @@ class Tally:
             n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0
         )
         return prompt, sum(self.completion_tokens.values())
+
+
+async def collect(request: Request, deltas: AsyncIterator[tuple[int, Delta]]) -> Tally | None:
+    """A whole non-streamed answer, or None if the client disconnected first.
+
+    Reading stops when the client goes: the read is cancelled, which closes the engine streams
+    (and their Ray generators), so the engines abort instead of decoding to `max_tokens` for
+    nobody. A streamed answer gets the same from sse-starlette's disconnect watch.
+    """
+    tally = Tally()
+
+    async def read() -> Tally:
+        async for index, delta in deltas:
+            tally.add(index, delta)
+        return tally
+
+    reading = asyncio.create_task(read())
+    watching = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait((reading, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not reading.done():
+            reading.cancel()
+            try:
+                await reading
+            except asyncio.CancelledError:
+                pass
+    if reading.cancelled():
+        log.info("client disconnected before the answer was complete; its engine requests were aborted")
+        return None
+    return reading.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read, so nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -48,6 +48,24 @@ def test_disconnect_aborts_engine(base_url: str) -> None:
     assert generated < 1500, "the engine kept decoding after the client left"
 
 
+def test_disconnect_aborts_a_non_streamed_request(base_url: str) -> None:
+    """A client that gives up on a non-streamed answer (its timeout, a closed tab) must not leave
+    the engine decoding 1,500 tokens for nobody."""
+    before = replica_stats(CHAT_MODEL)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base_url}/completions", json={**LONG, "stream": False}, timeout=httpx.Timeout(60, read=1.5))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = replica_stats(CHAT_MODEL)
+        if sum(s.running for s in after) == 0:
+            break
+        time.sleep(0.1)
+    aborted = sum(s.aborted_total for s in after) - sum(s.aborted_total for s in before)
+    generated = sum(s.tokens_generated_total for s in after) - sum(s.tokens_generated_total for s in before)
+    assert aborted == 1 and sum(s.running for s in after) == 0, (before, after)
+    assert generated < 1500, "the engine kept decoding after the client left"
+
+
 async def test_sixteen_concurrent_streams_over_two_replicas(async_client: openai.AsyncOpenAI) -> None:
     before = replica_stats(CHAT_MODEL)
     assert len(before) == 2

@@ -16,7 +16,7 @@ from protocol.generation import Delta, GenerateRequest, TokenLogprob
 from protocol.tools import CompletionLogprobs
 from protocol.templates import TextTemplate, text_marker
 from server.fanout import merge
-from server.requests import Tally, new_id, resolve_model, sample_seed
+from server.requests import CLIENT_CLOSED_REQUEST, Tally, collect, new_id, resolve_model, sample_seed
 from server.streaming import sse_response
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     deltas = merge(sequences)
     if body.stream:
         return await sse_response(_chunks(body, completion_id, created, echoes, deltas), request)
-    tally = Tally()
-    async for index, delta in deltas:
-        tally.add(index, delta)
+    tally = await collect(request, deltas)
+    if tally is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     completion = Completion(
         id=completion_id,
         created=created,
