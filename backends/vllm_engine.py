@@ -178,7 +178,9 @@ class VllmEngine(Engine):
         if request.messages is not None:
             ids = self._chat_ids(request.messages, request.tools, request.add_generation_prompt)
         else:
-            ids = list(self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens))
+            ids = list(
+                self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens)
+            )
         return TokenizeResult(ids, [self._pieces(t, None)[0] for t in ids], self._context)
 
     async def detokenize(self, tokens: list[int]) -> str:
@@ -299,7 +301,9 @@ class VllmEngine(Engine):
             ) from None
         except VLLMClientError as exc:
             finished = True
-            raise BadRequestError(str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)) from None
+            raise BadRequestError(
+                str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)
+            ) from None
         finally:
             self._active.discard(rid)
             self._stats.running -= 1

@@ -142,7 +142,11 @@ def structured_outputs(sampling: SamplingParams, tools: ToolsSpec | None) -> Any
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": _bounded_integers(schema), "max_whitespace_cnt": JSON_WHITESPACE}
+    return {
+        "type": "json_schema",
+        "json_schema": _bounded_integers(schema),
+        "max_whitespace_cnt": JSON_WHITESPACE,
+    }
 
 
 def _bounded_integers(node: Any) -> Any:
@@ -163,7 +167,11 @@ def _bounded_integers(node: Any) -> Any:
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level BPE alphabet, character -> byte: how byte-level tokenizers (GPT-2,
     Llama 3, Qwen, SmolLM ...) spell arbitrary bytes as printable characters in their vocabulary."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -213,9 +221,7 @@ class TokenPieces:
         return raw.decode("utf-8", errors="replace"), raw
 
 
-def token_logprobs(
-    pieces: TokenPieces, ids: list[int], entries: list[Any], top: int
-) -> list[TokenLogprob]:
+def token_logprobs(pieces: TokenPieces, ids: list[int], entries: list[Any], top: int) -> list[TokenLogprob]:
     """vLLM's per-position `{token_id: Logprob}` maps (the chosen token plus the `top` likeliest,
     each with its rank) as `TokenLogprob`s; a `None` entry (the first prompt token) has no logprob."""
     out: list[TokenLogprob] = []
@@ -228,7 +234,8 @@ def token_logprobs(
         text, raw = pieces(token, chosen.decoded_token)
         best = sorted((lp.rank, -lp.logprob, tid) for tid, lp in entry.items() if lp.rank <= top)
         alternatives = [
-            TopLogprob(*pieces(tid, entry[tid].decoded_token), float(entry[tid].logprob)) for _, _, tid in best
+            TopLogprob(*pieces(tid, entry[tid].decoded_token), float(entry[tid].logprob))
+            for _, _, tid in best
         ]
         out.append(TokenLogprob(text, raw, float(chosen.logprob), alternatives))
     return out

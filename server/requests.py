@@ -120,9 +120,7 @@ class Tally:
 
     def usage_counts(self, samples_per_prompt: int) -> tuple[int, int]:
         """Prompt tokens count once per prompt, however many samples were drawn from it."""
-        prompt = sum(
-            n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0
-        )
+        prompt = sum(n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0)
         return prompt, sum(self.completion_tokens.values())
 
 

@@ -40,9 +40,7 @@ def ray_address() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def default_gateway(
-    ray_address: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
+def default_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """The gateway serving models/default.yaml; a folder's conftest may point `gateway` elsewhere
     (tests/vllm_backend does) and still reach this one by name."""
     log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"

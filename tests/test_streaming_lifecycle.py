@@ -53,7 +53,9 @@ def test_disconnect_aborts_a_non_streamed_request(base_url: str) -> None:
     the engine decoding 1,500 tokens for nobody."""
     before = replica_stats(CHAT_MODEL)
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{base_url}/completions", json={**LONG, "stream": False}, timeout=httpx.Timeout(60, read=1.5))
+        httpx.post(
+            f"{base_url}/completions", json={**LONG, "stream": False}, timeout=httpx.Timeout(60, read=1.5)
+        )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         after = replica_stats(CHAT_MODEL)
@@ -94,7 +96,14 @@ async def test_sixteen_concurrent_streams_over_two_replicas(async_client: openai
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_streaming(base_url: str) -> None:
-    body = json.dumps({"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True})
+    body = json.dumps(
+        {
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 5,
+            "stream": True,
+        }
+    )
     out = subprocess.run(
         ["curl", "-sN", f"{base_url}/chat/completions", "-H", "Content-Type: application/json", "-d", body],
         capture_output=True,

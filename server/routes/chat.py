@@ -20,8 +20,8 @@ from protocol.chat import (
 )
 from protocol.common import Usage
 from protocol.generation import Delta, GenerateRequest, ToolCallDelta
-from protocol.tools import ChoiceLogprobs, FunctionCallChunk, FunctionCallOut, ToolCallChunk, ToolCallOut
 from protocol.templates import TextTemplate, text_marker
+from protocol.tools import ChoiceLogprobs, FunctionCallChunk, FunctionCallOut, ToolCallChunk, ToolCallOut
 from server.fanout import merge
 from server.requests import CLIENT_CLOSED_REQUEST, Tally, collect, new_id, resolve_model, sample_seed
 from server.streaming import sse_response

@@ -13,8 +13,8 @@ from protocol.common import Usage
 from protocol.completions import Completion, CompletionChoice, CompletionRequest
 from protocol.errors import UnsupportedParameterError
 from protocol.generation import Delta, GenerateRequest, TokenLogprob
-from protocol.tools import CompletionLogprobs
 from protocol.templates import TextTemplate, text_marker
+from protocol.tools import CompletionLogprobs
 from server.fanout import merge
 from server.requests import CLIENT_CLOSED_REQUEST, Tally, collect, new_id, resolve_model, sample_seed
 from server.streaming import sse_response

@@ -47,7 +47,9 @@ def test_suffix_is_refused_by_name(base_url: str) -> None:
     assert err["code"] == "unsupported_parameter" and err["param"] == "suffix" and "vllm" in err["message"]
 
 
-def test_tokenize_and_detokenize_with_the_models_tokenizer(base_url: str, default_gateway: GatewayProcess) -> None:
+def test_tokenize_and_detokenize_with_the_models_tokenizer(
+    base_url: str, default_gateway: GatewayProcess
+) -> None:
     """vLLM's shapes, from the HF tokenizer: the same ids as llama.cpp's GGUF vocabulary."""
     root = base_url.removesuffix("/v1")
     r = httpx.post(
@@ -55,7 +57,12 @@ def test_tokenize_and_detokenize_with_the_models_tokenizer(base_url: str, defaul
         json={"model": CHAT_MODEL, "prompt": "Hello world", "return_token_strs": True},
         timeout=60,
     )
-    assert r.json() == {"count": 2, "max_model_len": 2048, "tokens": [19556, 905], "token_strs": ["Hello", " world"]}
+    assert r.json() == {
+        "count": 2,
+        "max_model_len": 2048,
+        "tokens": [19556, 905],
+        "token_strs": ["Hello", " world"],
+    }
     back = httpx.post(f"{root}/detokenize", json={"model": CHAT_MODEL, "tokens": [19556, 905]}, timeout=60)
     assert back.json() == {"prompt": "Hello world"}
     chat = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "return_token_strs": True}
@@ -63,9 +70,13 @@ def test_tokenize_and_detokenize_with_the_models_tokenizer(base_url: str, defaul
     theirs = httpx.post(f"{default_gateway.url}/tokenize", json=chat, timeout=60).json()
     assert ours["tokens"] == theirs["tokens"]
     assert "".join(ours["token_strs"]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
-    emb = httpx.post(f"{root}/tokenize", json={"model": EMBED_MODEL, "prompt": "hello world"}, timeout=60).json()
+    emb = httpx.post(
+        f"{root}/tokenize", json={"model": EMBED_MODEL, "prompt": "hello world"}, timeout=60
+    ).json()
     assert emb["count"] == 4  # [CLS] hello world [SEP]
-    text = httpx.post(f"{root}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60)
+    text = httpx.post(
+        f"{root}/detokenize", json={"model": EMBED_MODEL, "tokens": emb["tokens"][1:-1]}, timeout=60
+    )
     assert text.json()["prompt"] == "hello world"
 
 
@@ -96,7 +107,11 @@ def test_logprobs_agree_with_llama_cpp(client: openai.OpenAI, default_gateway: G
     """The same weights (bf16 here, Q8 GGUF there) give nearly the same log-probabilities for
     the same greedy continuation: the values are the model's, not something made up."""
     kwargs: dict[str, Any] = {
-        "model": CHAT_MODEL, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "logprobs": 2
+        "model": CHAT_MODEL,
+        "prompt": "The capital of France is",
+        "max_tokens": 3,
+        "temperature": 0,
+        "logprobs": 2,
     }
     ours = client.completions.create(**kwargs).choices[0].logprobs
     with openai.OpenAI(base_url=f"{default_gateway.url}/v1", api_key="unused", max_retries=0) as other:
