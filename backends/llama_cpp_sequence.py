@@ -44,10 +44,6 @@ class SequenceOutput:
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
         self.builder = DeltaBuilder(n_prompt, parser)
 
-    @property
-    def n_out(self) -> int:
-        return self.builder.n_out
-
     def push(self, token: int, ctx: Any, row: int) -> bool:
         """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer).
         Returns True when the sequence has ended; its last delta has then been emitted."""
