@@ -1,7 +1,7 @@
 """Refusing, by name, what an engine does not implement: never silently drop a parameter.
 
-The llama.cpp single-sequence engine implements all of these; the batched llama.cpp engine and the
-vLLM engine do not (yet), so they call `refuse_advanced()` before anything is decoded.
+Both llama.cpp engines (one sequence, and batched) implement all of these; the vLLM engine does
+not (yet), so it calls `refuse_advanced()` before anything is decoded.
 """
 
 from __future__ import annotations

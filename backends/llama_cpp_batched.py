@@ -11,31 +11,33 @@ prompt chunks of newly admitted ones; sequences join and leave between decodes. 
 the tokens in its KV cache, and a new prompt goes to the free slot sharing the longest prefix with
 it, which is then reused (as `Llama.generate` does for its single sequence).
 
-Everything per request is `LlamaCppEngine`'s: prompt and chat template, the context-length check,
-sampling (the same sampler chain), stop strings, UTF-8 reassembly, the cancel flag (checked before
-every decode) and the deltas. Only the decode loop moves from one thread per request to the shared
-scheduler; a request's executor thread just waits for its sequence to end.
+Everything per request is `LlamaCppEngine`'s: prompt, chat template and fill-in-the-middle, the
+context-length check, the sampler (`llama_cpp_sampling.build_sampler`: logit bias, penalties,
+grammars for `response_format` and tools), and what each sampled token goes through
+(`llama_cpp_sequence.SequenceOutput`: logprobs, stop strings, UTF-8 reassembly, tool-call parsing,
+the deltas). Only the decode loop moves from one thread per request to the shared scheduler, and
+with it where the logits are: each sequence samples from, and scores, its own rows of the shared
+batch. A request's executor thread just waits for its sequence to end.
+
+Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
+a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
 """
 
 from __future__ import annotations
 
 import queue
-import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.capabilities import refuse_advanced
+from backends import llama_cpp_sampling as sampling_lib
 from backends.llama_cpp_engine import DEFAULT_ENGINE_KWARGS, LlamaCppEngine
-from backends.text_stream import StopMatcher, Utf8Stream
-from protocol.errors import EngineError
-from protocol.generation import Delta, FinishReason, GenerateRequest, SamplingParams
+from backends.llama_cpp_sequence import SequenceOutput
+from protocol.generation import FinishReason, GenerateRequest, TokenLogprob
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
-# `Llama`'s default penalty window, so penalties mean the same as in the one-sequence engine.
-_PENALTY_LAST_N = 64
 
 
 @dataclass(eq=False)
@@ -43,19 +45,17 @@ class _Sequence:
     """One request inside the scheduler."""
 
     prompt: list[int]
-    budget: int
-    sampling: SamplingParams
+    sampler: sampling_lib.TokenSampler
+    out: SequenceOutput
     cancel: threading.Event
-    emit: Any
+    # Completions `echo` + `logprobs`: score every prompt token, with this many alternatives.
+    prompt_top: int | None = None
+    prompt_scores: list[TokenLogprob] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     slot: int = -1
     fed: int = 0  # prompt tokens already in the KV cache
     next_token: int | None = None  # sampled, not yet fed back
-    n_out: int = 0
-    sampler: Any = None
-    utf8: Utf8Stream = field(default_factory=Utf8Stream)
-    stops: StopMatcher | None = None
 
 
 class BatchedLlamaCppEngine(LlamaCppEngine):
@@ -100,11 +100,10 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
     ) -> None:
         """Runs on a request thread: hand the sequence to the scheduler, wait for its end.
 
-        The scheduler samples with its own plain chain (`_sampler`), so what needs the
-        one-sequence engine's sampler (`sampler`, closed by the caller) is refused, not dropped."""
-        sampling = request.sampling
-        refuse_advanced(request, "llama_cpp (batched, n_seq_max > 1)")
-        seq = _Sequence(prompt, budget, sampling, cancel, emit, stops=StopMatcher(sampling.stop))
+        `sampler` stays the caller's to close (`_decode`); the scheduler stops using it before
+        it lets this thread go."""
+        out = SequenceOutput(self._llm, request, len(prompt), budget, emit, self._stats)
+        seq = _Sequence(prompt, sampler, out, cancel, prompt_top=request.sampling.prompt_logprobs)
         self._incoming.put(seq)
         seq.done.wait()
         if seq.error is not None:
@@ -127,19 +126,54 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
             if not running:
                 continue
             try:
-                outputs = self._fill(batch, running, cached)
+                outputs, scored = self._fill(batch, running, cached)
                 self._decode_batch(batch)
-                for slot, index in outputs:
-                    seq = running[slot]
-                    if self._on_token(seq, seq.sampler.sample(self._ctx, index)):
-                        del running[slot]
             except Exception as exc:  # noqa: BLE001 - fail what runs, keep serving: strand no request
                 for slot, seq in running.items():
                     cached[slot] = []
                     self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-                    seq.error = EngineError(f"llama.cpp failed: {exc}")
-                    self._release(seq)
+                    self._fail(seq, exc)
                 running.clear()
+                continue
+            for slot, first_row, start, n in scored:
+                if not self._score_prompt(running[slot], first_row, start, n):
+                    del running[slot]
+            for slot, row in outputs:
+                if slot in running and self._step(running[slot], row):
+                    del running[slot]
+
+    def _step(self, seq: _Sequence, row: int) -> bool:
+        """Sample this sequence's next token from its own row of the batch's logits. A failure
+        here (a grammar that allows nothing, say) ends this sequence only."""
+        try:
+            token = seq.sampler.sample(self._ctx.ctx, row)
+            ended = seq.out.push(token, self._ctx.ctx, row)
+        except Exception as exc:  # noqa: BLE001 - reported to the request, not to the scheduler
+            self._fail(seq, exc)
+            return True
+        if ended:
+            self._release(seq)
+        else:
+            seq.next_token = token
+        return ended
+
+    def _score_prompt(self, seq: _Sequence, first_row: int, start: int, n: int) -> bool:
+        """Score a prompt chunk just decoded (rows `first_row ..`). Returns False if it failed,
+        which ends this sequence only."""
+        assert seq.prompt_top is not None
+        llm, ctx = self._llm, self._ctx.ctx
+        try:
+            if start == 0:
+                seq.prompt_scores.append(sampling_lib.unpredicted(llm, seq.prompt[0]))
+            seq.prompt_scores += sampling_lib.score_prompt_chunk(
+                llm, ctx, seq.prompt, start, first_row, n, seq.prompt_top
+            )
+        except Exception as exc:  # noqa: BLE001 - reported to the request, not to the scheduler
+            self._fail(seq, exc)
+            return False
+        if start + n == len(seq.prompt):  # complete: it goes out with the first delta
+            seq.out.builder.prompt_logprobs = seq.prompt_scores
+        return True
 
     @property
     def _llama(self) -> Any:
@@ -159,20 +193,25 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
                 continue
             free = [s for s in range(self._n_seq) if s not in running]
             slot = max(free, key=lambda s: _common_prefix(cached[s], seq.prompt))
-            keep = min(_common_prefix(cached[slot], seq.prompt), len(seq.prompt) - 1)
+            # Prompt logprobs need every position's logits: nothing cached can be reused.
+            shared = 0 if seq.prompt_top is not None else _common_prefix(cached[slot], seq.prompt)
+            keep = min(shared, len(seq.prompt) - 1)
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
-            seq.slot, seq.fed, seq.sampler = slot, keep, self._sampler(seq.sampling)
+            seq.slot, seq.fed = slot, keep
             running[slot] = seq
 
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]
-    ) -> list[tuple[int, int]]:
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
         """One decode's tokens: every running sequence's next token first, then prompt chunks.
-        Returns (slot, batch index) of each token whose logits are sampled."""
+        Returns (slot, batch index) of each token whose logits are sampled, and
+        (slot, first batch index, first prompt position, count) of each prompt chunk whose
+        tokens are scored (prompt logprobs)."""
         b = batch.batch
         b.n_tokens = 0
         outputs: list[tuple[int, int]] = []
+        scored: list[tuple[int, int, int, int]] = []
 
         def add(slot: int, token: int, logits: bool) -> None:
             i = b.n_tokens
@@ -180,11 +219,10 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
             b.seq_id[i][0], b.logits[i] = slot, logits
             b.n_tokens = i + 1
             cached[slot].append(token)
-            if logits:
-                outputs.append((slot, i))
 
         for slot, seq in running.items():
             if seq.next_token is not None:
+                outputs.append((slot, b.n_tokens))
                 add(slot, seq.next_token, True)
                 seq.next_token = None
         for slot, seq in running.items():
@@ -193,69 +231,33 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
             if todo <= 0 or room <= 0:
                 continue
             take = min(todo, room)
+            every = seq.prompt_top is not None
+            if every:
+                scored.append((slot, b.n_tokens, seq.fed, take))
             for k, token in enumerate(seq.prompt[seq.fed : seq.fed + take]):
-                add(slot, token, seq.fed + k == len(seq.prompt) - 1)
+                last = seq.fed + k == len(seq.prompt) - 1
+                if last:
+                    outputs.append((slot, b.n_tokens))
+                add(slot, token, every or last)
             seq.fed += take
-        return outputs
+        return outputs, scored
 
     def _decode_batch(self, batch: Any) -> None:
         rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
-    def _sampler(self, sampling: SamplingParams) -> Any:
-        """The chain `Llama._init_sampler` builds for the arguments `LlamaCppEngine` passes."""
-        from llama_cpp import _internals
-
-        s = _internals.LlamaSampler()
-        s.add_penalties(
-            self._llm.n_vocab(), _PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
-        )
-        if sampling.temperature == 0.0:
-            s.add_greedy()
-        else:
-            s.add_top_k(0)
-            s.add_typical(1.0, 1)
-            s.add_top_p(sampling.top_p, 1)
-            s.add_min_p(0.0, 1)
-            s.add_temp(sampling.temperature)
-            s.add_dist(sampling.seed if sampling.seed is not None else random.getrandbits(32))
-        return s
-
-    def _on_token(self, seq: _Sequence, token: int) -> bool:
-        """The per-token rules of `LlamaCppEngine._decode_tokens`. Returns whether it ended."""
-        assert seq.stops is not None
-        n_prompt = len(seq.prompt)
-        if self._llama.llama_vocab_is_eog(self._llm._model.vocab, token):
-            self._finish(seq, "stop")
-            return True
-        seq.n_out += 1
-        self._stats.tokens_generated_total += 1
-        text, stopped = seq.stops.push(seq.utf8.push(self._llm.detokenize([token])))
-        if stopped:
-            seq.emit(Delta(text, seq.n_out, n_prompt, "stop"))
-            self._release(seq)
-            return True
-        if seq.n_out >= seq.budget:
-            seq.emit(Delta(text + seq.stops.flush() + seq.utf8.flush(), seq.n_out, n_prompt, "length"))
-            self._release(seq)
-            return True
-        if text:
-            seq.emit(Delta(text, seq.n_out, n_prompt))
-        seq.next_token = token
-        return False
-
     def _finish(self, seq: _Sequence, reason: FinishReason) -> None:
-        assert seq.stops is not None
-        tail, _ = seq.stops.push(seq.utf8.flush())
-        seq.emit(Delta(tail + seq.stops.flush(), seq.n_out, len(seq.prompt), reason))
+        seq.out.finish(reason)
+        self._release(seq)
+
+    def _fail(self, seq: _Sequence, exc: BaseException) -> None:
+        seq.error = exc  # `_decode` reports it as an EngineError on the request's stream
         self._release(seq)
 
     @staticmethod
     def _release(seq: _Sequence) -> None:
-        if seq.sampler is not None:
-            seq.sampler.close()
-            seq.sampler = None
+        """The scheduler is done with `seq`: its request thread may return (and close the sampler)."""
         seq.done.set()
 
 

@@ -20,9 +20,8 @@ from typing import Any
 
 from backends import llama_cpp_sampling as sampling_lib
 from backends import tool_calls
-from backends.deltas import DeltaBuilder
 from backends.engine import Engine, EngineStats
-from backends.text_stream import StopMatcher, Utf8Stream
+from backends.llama_cpp_sequence import SequenceOutput
 from protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
@@ -34,7 +33,6 @@ from protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,
-    FinishReason,
     GenerateRequest,
     TokenizeRequest,
     TokenizeResult,
@@ -287,46 +285,21 @@ class LlamaCppEngine(Engine):
         cancel: threading.Event,
         emit: Callable[[Any], None],
     ) -> None:
-        import llama_cpp
-
         llm, sampling = self._llm, request.sampling
-        vocab = llm._model.vocab
-        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
-        out = DeltaBuilder(len(prompt), parser)
+        seq = SequenceOutput(llm, request, len(prompt), budget, emit, self._stats)
         if sampling.prompt_logprobs is not None:
-            out.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(
+            seq.builder.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(
                 llm, prompt, sampling.prompt_logprobs
             )
         else:
             sampling_lib.prefill(llm, prompt)
-        utf8 = Utf8Stream()
-        stops = StopMatcher(sampling.stop)
-        finish: FinishReason = "length"
-        while True:
-            if cancel.is_set():
-                finish = "abort"
-                break
-            token = sampler.sample(llm)
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                finish = "stop"
-                break
-            if sampling.logprobs is not None:
-                out.logprobs.append(sampling_lib.logprob_at(llm, -1, token, sampling.logprobs))
-            out.n_out += 1
-            self._stats.tokens_generated_total += 1
-            text, stopped = stops.push(utf8.push(llm.detokenize([token])))
-            if stopped:
-                emit(out.delta(text, "stop"))
+        ctx = llm._ctx.ctx
+        while not cancel.is_set():
+            token = sampler.sample(ctx)
+            if seq.push(token, ctx, -1):
                 return
-            if out.n_out >= budget:
-                emit(out.delta(text + stops.flush() + utf8.flush(), "length"))
-                return
-            delta = out.delta(text)
-            if delta is not None:
-                emit(delta)
             llm.eval([token])
-        tail, _ = stops.push(utf8.flush())
-        emit(out.delta(tail + stops.flush(), finish))
+        seq.finish("abort")
 
     # -- embeddings ---------------------------------------------------------------------------
 

@@ -78,7 +78,10 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 
 
 class TokenSampler:
-    """Draws the next token from the last evaluated position; owns its llama.cpp samplers."""
+    """Draws the next token from one row of a context's logits; owns its llama.cpp samplers.
+
+    The row is a batch index as `llama_get_logits_ith` takes it: -1 (the last) for the
+    one-sequence engine, the sequence's own token in the shared batch for the batched one."""
 
     def __init__(self, chain: LlamaSampler, grammar: Any, n_vocab: int) -> None:
         self._chain = chain
@@ -90,10 +93,11 @@ class TokenSampler:
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = (llama_cpp.llama_token_data * 1)()
 
-    def sample(self, llm: Any) -> int:
+    def sample(self, ctx: Any, row: int = -1) -> int:
+        """`ctx`: the raw `llama_context` pointer."""
         if self._grammar is None:
-            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, llm._ctx.ctx, -1))
-        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
+        ptr = llama_cpp.llama_get_logits_ith(ctx, row)
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         token = self._draw(logits, masked=False)
         if not self._fits(token):
@@ -196,14 +200,15 @@ def _piece(llm: Any, token: int) -> tuple[str, bytes]:
     return raw.decode("utf-8", errors="replace"), raw
 
 
-def logprob_at(llm: Any, row: int, token: int, top: int) -> TokenLogprob:
-    """`token`'s logprob under the logits of output `row` (-1: the last), and the `top` likeliest.
+def logprob_at(llm: Any, ctx: Any, row: int, token: int, top: int) -> TokenLogprob:
+    """`token`'s logprob under the logits of batch index `row` (-1: the last) of `ctx` (the raw
+    `llama_context` pointer), and the `top` likeliest. `llm` only supplies the vocabulary.
 
     Values are converted to Python floats here: numpy scalars do not pickle across Ray cheaply
     and do not serialise to JSON at all.
     """
     n_vocab = llm.n_vocab()
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, row), shape=(n_vocab,))
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
     lp = _log_softmax(logits)
     alternatives: list[TopLogprob] = []
     if top > 0:
@@ -215,6 +220,25 @@ def logprob_at(llm: Any, row: int, token: int, top: int) -> TokenLogprob:
     return TokenLogprob(text, raw, float(lp[token]), alternatives)
 
 
+def unpredicted(llm: Any, token: int) -> TokenLogprob:
+    """The entry of the first prompt token, which nothing predicts (`logprob` None, as at OpenAI)."""
+    text, raw = _piece(llm, token)
+    return TokenLogprob(text, raw, None)
+
+
+def score_prompt_chunk(
+    llm: Any, ctx: Any, tokens: list[int], start: int, first_row: int, n: int, top: int
+) -> list[TokenLogprob]:
+    """Score the prompt tokens that positions `start .. start+n-1` predict, from their logits at
+    batch indices `first_row ..` of `ctx` (decoded with logits requested for every one of them).
+    The last prompt position predicts nothing: its logits are the first sample's."""
+    return [
+        logprob_at(llm, ctx, first_row + k, tokens[start + k + 1], top)
+        for k in range(n)
+        if start + k + 1 < len(tokens)
+    ]
+
+
 def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[TokenLogprob]:
     """Evaluate the whole prompt keeping every position's logits (llama-cpp-python keeps only the
     last unless the model was loaded with `logits_all`), and score each prompt token.
@@ -223,18 +247,14 @@ def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[Tok
     """
     llm.reset()
     llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-    text, raw = _piece(llm, tokens[0])
-    scored = [TokenLogprob(text, raw, None)]
+    scored = [unpredicted(llm, tokens[0])]
     n_past = 0
     for start in range(0, len(tokens), llm.n_batch):
         chunk = tokens[start : start + llm.n_batch]
         llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
         llm._ctx.decode(llm._batch)
         llm.input_ids[n_past : n_past + len(chunk)] = chunk
-        for row in range(len(chunk)):
-            nxt = n_past + row + 1
-            if nxt < len(tokens):
-                scored.append(logprob_at(llm, row, tokens[nxt], top))
+        scored += score_prompt_chunk(llm, llm._ctx.ctx, tokens, n_past, 0, len(chunk), top)
         n_past += len(chunk)
         llm.n_tokens = n_past
     return scored

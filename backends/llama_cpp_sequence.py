@@ -1,0 +1,78 @@
+"""What both llama.cpp engines do with each token they sample for one sequence.
+
+The one-sequence engine (`llama_cpp_engine.py`) and the batched one (`llama_cpp_batched.py`)
+differ only in how they decode: one context per request, or one shared batch. Everything a
+sampled token then goes through is here, once, so the two cannot drift apart: end of generation,
+logprobs (from that token's own logits row), UTF-8 reassembly, stop strings, the token budget,
+tool-call parsing and the deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import llama_cpp
+
+from backends import llama_cpp_sampling as sampling_lib
+from backends import tool_calls
+from backends.deltas import DeltaBuilder
+from backends.engine import EngineStats
+from backends.text_stream import StopMatcher, Utf8Stream
+from protocol.generation import Delta, FinishReason, GenerateRequest
+
+
+class SequenceOutput:
+    """One sequence's output side. Not thread-safe: one decode thread drives it."""
+
+    def __init__(
+        self,
+        llm: Any,
+        request: GenerateRequest,
+        n_prompt: int,
+        budget: int,
+        emit: Callable[[Delta], None],
+        stats: EngineStats,
+    ) -> None:
+        self._llm = llm
+        self._top = request.sampling.logprobs
+        self._budget = budget
+        self._emit = emit
+        self._stats = stats
+        self._utf8 = Utf8Stream()
+        self._stops = StopMatcher(request.sampling.stop)
+        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
+        self.builder = DeltaBuilder(n_prompt, parser)
+
+    def push(self, token: int, ctx: Any, row: int) -> bool:
+        """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer).
+        Returns True when the sequence has ended; its last delta has then been emitted."""
+        if llama_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
+            self.finish("stop")
+            return True
+        out = self.builder
+        if self._top is not None:
+            out.logprobs.append(sampling_lib.logprob_at(self._llm, ctx, row, token, self._top))
+        out.n_out += 1
+        self._stats.tokens_generated_total += 1
+        text, stopped = self._stops.push(self._utf8.push(self._llm.detokenize([token])))
+        if stopped:
+            self._emit_last(text, "stop")
+            return True
+        if out.n_out >= self._budget:
+            self._emit_last(text + self._stops.flush() + self._utf8.flush(), "length")
+            return True
+        delta = out.delta(text)
+        if delta is not None:
+            self._emit(delta)
+        return False
+
+    def finish(self, reason: FinishReason) -> None:
+        """End before the budget: end of generation, or `abort` (the cancel flag)."""
+        tail, _ = self._stops.push(self._utf8.flush())
+        self._emit_last(tail + self._stops.flush(), reason)
+
+    def _emit_last(self, text: str, reason: FinishReason) -> None:
+        delta = self.builder.delta(text, reason)
+        assert delta is not None  # a finish reason always makes a delta
+        self._emit(delta)
