@@ -21,7 +21,7 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from protocol.errors import UnsupportedParameterError
+from protocol.errors import ContextLengthExceededError, UnsupportedParameterError
 from protocol.generation import (
     Delta,
     EmbedRequest,
@@ -30,6 +30,24 @@ from protocol.generation import (
     TokenizeRequest,
     TokenizeResult,
 )
+
+
+def completion_budget(request: GenerateRequest, n_prompt: int, context_length: int) -> int:
+    """Tokens the completion may use: `max_tokens`, or the rest of the context when unset.
+    Refused before the engine sees a prompt that cannot fit (OpenAI's error and wording)."""
+    wanted = request.sampling.max_tokens
+    if wanted is None:
+        if n_prompt < context_length:
+            return context_length - n_prompt
+        wanted = 1
+    if n_prompt + wanted > context_length:
+        raise ContextLengthExceededError.for_request(
+            context_length=context_length,
+            prompt_tokens=n_prompt,
+            max_tokens=wanted,
+            param=request.prompt_param,
+        )
+    return wanted
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from backends import llama_cpp_sampling as sampling_lib
 from backends import tool_calls
-from backends.engine import Engine, EngineStats
+from backends.engine import Engine, EngineStats, completion_budget
 from backends.llama_cpp_sequence import SequenceOutput
 from protocol.errors import (
     BadRequestError,
@@ -194,30 +194,13 @@ class LlamaCppEngine(Engine):
             mid,
         ]
 
-    def _budget(self, request: GenerateRequest, n_prompt: int) -> int:
-        """Tokens the completion may use; refuse before decoding if the context cannot hold it."""
-        n_ctx = self.context_length
-        wanted = request.sampling.max_tokens
-        if wanted is None:
-            if n_prompt < n_ctx:
-                return n_ctx - n_prompt
-            wanted = 1
-        if n_prompt + wanted > n_ctx:
-            raise ContextLengthExceededError.for_request(
-                context_length=n_ctx,
-                prompt_tokens=n_prompt,
-                max_tokens=wanted,
-                param=request.prompt_param,
-            )
-        return wanted
-
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         if self._llm is None:
             raise EngineError("engine is not loaded")
         if self._embedding:
             raise BadRequestError("This model only serves embeddings.", param="model")
         tokens = await asyncio.to_thread(self._prompt_tokens, request)
-        budget = self._budget(request, len(tokens))
+        budget = completion_budget(request, len(tokens), self.context_length)
         seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
         # Built off the engine thread: grammar compilation reads only the (immutable) vocabulary,
         # and a schema llama.cpp cannot compile is refused before anything is streamed.
@@ -356,4 +339,3 @@ class LlamaCppEngine(Engine):
         llm._ctx.kv_cache_clear()
         llm.reset()
         return EmbedResult(embeddings=out, prompt_tokens=sum(map(len, seqs)))
-

@@ -27,7 +27,7 @@ from typing import Any
 
 from backends import tool_calls, vllm_support
 from backends.deltas import DeltaBuilder
-from backends.engine import Engine, EngineStats
+from backends.engine import Engine, EngineStats, completion_budget
 from backends.vllm_support import (
     CoreCounters,
     TokenPieces,
@@ -231,24 +231,6 @@ class VllmEngine(Engine):
         if any(not 0 <= t < self._vocab for t in ids):
             raise BadRequestError(f"Token ids must be in [0, {self._vocab}).", param=param)
 
-    def _budget(self, request: GenerateRequest, n_prompt: int) -> int:
-        """Tokens the completion may use; refuse before the engine sees a prompt that cannot fit."""
-        wanted = request.sampling.max_tokens
-        if n_prompt == 0:
-            raise BadRequestError("The prompt is empty.", param=request.prompt_param)
-        if wanted is None:
-            if n_prompt < self._context:
-                return self._context - n_prompt
-            wanted = 1
-        if n_prompt + wanted > self._context:
-            raise ContextLengthExceededError.for_request(
-                context_length=self._context,
-                prompt_tokens=n_prompt,
-                max_tokens=wanted,
-                param=request.prompt_param,
-            )
-        return wanted
-
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -260,7 +242,9 @@ class VllmEngine(Engine):
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
         ids = await asyncio.to_thread(self._prompt_ids, request)
-        budget = self._budget(request, len(ids))
+        if not ids:
+            raise BadRequestError("The prompt is empty.", param=request.prompt_param)
+        budget = completion_budget(request, len(ids), self._context)
         params = to_vllm_sampling(request.sampling, budget, request.tools)
         sampling, pieces = request.sampling, self._pieces
         assert pieces is not None

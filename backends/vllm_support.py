@@ -226,9 +226,8 @@ def token_logprobs(pieces: TokenPieces, ids: list[int], entries: list[Any], top:
     each with its rank) as `TokenLogprob`s; a `None` entry (the first prompt token) has no logprob."""
     out: list[TokenLogprob] = []
     for token, entry in zip(ids, entries, strict=True):
-        text, raw = pieces(token, None)
         if entry is None:
-            out.append(TokenLogprob(text, raw, None))
+            out.append(TokenLogprob(*pieces(token, None), None))
             continue
         chosen = entry[token]
         text, raw = pieces(token, chosen.decoded_token)

@@ -64,8 +64,8 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
     threads = int(engine_kwargs.get("n_threads", 1))
     py = sys.executable
     commands = {
-        "L1": [py, "-m", "bench.inproc_app", "--config", str(CONFIG), "--port", "{port}"],
-        "L2": [str(servers.BIN / "raygate"), "serve", "--config", str(CONFIG), "--port", "{port}"],
+        "L1": [py, "-m", "bench.inproc_app", "--config", str(CONFIG), "--port", servers.PORT],
+        "L2": [str(servers.BIN / "raygate"), "serve", "--config", str(CONFIG), "--port", servers.PORT],
         "peer": [
             py,
             "-m",
@@ -85,9 +85,9 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
             "--host",
             "127.0.0.1",
             "--port",
-            "{port}",
+            servers.PORT,
         ],
-        "bare": [py, "-m", "bench.bare_app", "--port", "{port}"],
+        "bare": [py, "-m", "bench.bare_app", "--port", servers.PORT],
     }
     health = {"L1": "/health", "L2": "/health", "peer": "/v1/models", "bare": "/health"}
     # The gateway must start its own Ray, never attach to another session's cluster.
@@ -95,7 +95,7 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
     targets = Targets(llama_threads=threads)
     try:
         for name in sorted(needed & commands.keys()):
-            targets.procs[name] = servers.start(name, commands[name], log_dir, env=env)
+            targets.procs[name] = servers.start(name, commands[name], log_dir / f"{name}.log", env=env)
         for name, server in targets.procs.items():
             servers.wait_healthy(server, health[name])
             targets.urls[name] = server.url

@@ -27,8 +27,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PORT = "{port}"  # an argument that `start` replaces with the free port it picked
+
+
 @dataclass
 class Server:
+    """A server started as its own process, logging to a file; the benchmark's targets and the
+    tests' gateways alike."""
+
     name: str
     proc: subprocess.Popen[bytes]
     port: int
@@ -38,6 +44,9 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 60) -> int | None:
         if self.proc.poll() is None:
@@ -51,13 +60,12 @@ class Server:
         return self.proc.returncode
 
 
-def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Server:
-    """Start a server whose command line takes the port from `{port}`; does not wait for it."""
+def start(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> Server:
+    """Start a server on a free port (the `PORT` argument in `argv`); does not wait for it."""
     port = free_port()
-    log_path = log_dir / f"{name}.log"
     log_file = log_path.open("wb")
     proc = subprocess.Popen(
-        [a.format(port=port) for a in argv],
+        [str(port) if a == PORT else a for a in argv],
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
@@ -70,15 +78,14 @@ def wait_healthy(server: Server, path: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            tail = server.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}:\n{tail}")
+            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}:\n{server.log()[-4000:]}")
         try:
             if httpx.get(server.url + path, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise RuntimeError(f"{server.name} did not answer {path} within {timeout:.0f}s")
+    raise RuntimeError(f"{server.name} did not answer {path} within {timeout:.0f}s:\n{server.log()[-4000:]}")
 
 
 # -- memory ----------------------------------------------------------------------------------

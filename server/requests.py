@@ -4,6 +4,7 @@ honour, note unknown fields once, and gather a non-streamed answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -146,10 +147,8 @@ async def collect(request: Request, deltas: AsyncIterator[tuple[int, Delta]]) ->
         watching.cancel()
         if not reading.done():
             reading.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await reading
-            except asyncio.CancelledError:
-                pass
     if reading.cancelled():
         log.info("client disconnected before the answer was complete; its engine requests were aborted")
         return None

@@ -73,11 +73,11 @@ def synthetic_l1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--config",
         str(SYNTHETIC_CONFIG),
         "--port",
-        "{port}",
+        servers.PORT,
         "--log-level",
         "warning",
     ]
-    server = servers.start("l1-synthetic", argv, tmp_path_factory.mktemp("bench"))
+    server = servers.start("l1-synthetic", argv, tmp_path_factory.mktemp("bench") / "l1-synthetic.log")
     try:
         servers.wait_healthy(server, "/health", timeout=60)
         yield server.url + "/v1"

@@ -6,7 +6,6 @@ draining, and every configured model has at least one replica whose actor answer
 
 from __future__ import annotations
 
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 

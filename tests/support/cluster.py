@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from tests.support.gateway import free_port
+from bench.servers import free_port
 
 RAY = Path(sys.executable).parent / "ray"
 # Notice a dead node within ~2 s instead of Ray's default ~15 s (the node-death test waits on it).
