@@ -22,6 +22,7 @@ RUN pip install --upgrade pip \
 COPY protocol ./protocol
 COPY backends ./backends
 COPY server ./server
+COPY client ./client
 COPY models ./models
 RUN pip install -e .
 

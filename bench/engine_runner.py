@@ -9,9 +9,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from backends.engine import Engine
-from backends.engines import make_engine
-from backends.model_files import anchor_source
+from backends.engines.base import Engine
+from backends.engines.factory import make_engine
+from backends.engines.model_files import anchor_source
 from bench.client import Runner
 from bench.metrics import RequestResult
 from protocol.config import ModelConfig

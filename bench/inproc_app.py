@@ -2,8 +2,8 @@
 process instead of behind Ray. The difference between L1 and L2 is the Ray hop; between L0 and L1,
 HTTP + SSE.
 
-Only the registry differs from `server.app.build_app`: engines are made by the same
-`backends.engines.make_engine` from the same config file, and each model's requests go to its
+Only the controller client differs from `server.app.build_app`: engines are made by the same
+`backends.engines.factory.make_engine` from the same config file, and each model's requests go to its
 least-loaded engine, as `ModelRouter` does with replicas.
 
     python -m bench.inproc_app --config bench/configs/bench.yaml --port 8123
@@ -22,9 +22,9 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
-from backends.engine import Engine
-from backends.engines import make_engine
-from backends.model_files import anchor_source
+from backends.engines.base import Engine
+from backends.engines.factory import make_engine
+from backends.engines.model_files import anchor_source
 from protocol.config import ModelConfig
 from protocol.errors import ModelNotFoundError
 from protocol.generation import Delta, GenerateRequest
@@ -61,7 +61,7 @@ class InProcessRouter:
 
 
 class InProcessRegistry:
-    """`ModelRegistry`'s read side, which is all the routes use."""
+    """`ControllerClient`'s read side, which is all the routes use."""
 
     def __init__(self, routers: list[InProcessRouter]) -> None:
         self._by_id = {model_id: r for r in routers for model_id in r.config.ids}
@@ -91,7 +91,7 @@ def build_app(config_path: Path) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         routers = [await _start_engines(m, config_path.parent) for m in config.models if m.task == "generate"]
-        app.state.registry = InProcessRegistry(routers)
+        app.state.cluster = InProcessRegistry(routers)
         yield
 
     app = FastAPI(title="Raygate L1 (no Ray)", lifespan=lifespan)

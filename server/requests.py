@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from backends.registry import ModelRegistry
+from backends.cluster.controller_client import ControllerClient
 from protocol.base import RequestModel
 from protocol.config import Task
 from protocol.errors import BadRequestError, UnsupportedParameterError
@@ -51,9 +51,9 @@ class UnknownFieldLog:
 def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task | None) -> ModelHandle:
     """The model the body names, checked against the API key, and admitted (or refused with 429).
     `task=None`: any model will do (tokenizers)."""
-    registry: ModelRegistry = request.app.state.registry
+    cluster: ControllerClient = request.app.state.cluster
     request.app.state.unknown_fields.note(endpoint, body)
-    router = registry.get(str(getattr(body, "model")))
+    router = cluster.get(str(getattr(body, "model")))
     check_model_access(request_context(request).key, router.config.ids)
     if task is not None and router.config.task != task:
         raise BadRequestError(

@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from backends.model_files import ModelFileError, anchor_source, resolve_model_file
-from backends.state_store import StateFileError, load_specs, state_file
+from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
+from backends.cluster.state_file import StateFileError, load_specs, state_file
 from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.

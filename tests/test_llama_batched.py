@@ -17,9 +17,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from backends.engine import Engine
-from backends.engines import make_engine
-from backends.llama_cpp_batched import BatchedLlamaCppEngine
+from backends.engines.base import Engine
+from backends.engines.factory import make_engine
+from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from protocol.config import ModelConfig, ModelSource
 from protocol.errors import ContextLengthExceededError, UnsupportedParameterError
 from protocol.generation import (

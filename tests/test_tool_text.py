@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from backends.tool_calls import ToolCallParser, call_schema, render_messages
+from backends.engines.tool_calls import ToolCallParser, call_schema, render_messages
 from protocol.generation import ChatMessage, FunctionTool, ToolCall, ToolCallDelta, ToolsSpec
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, {"x": "}"}]}}\n</tool_call>'

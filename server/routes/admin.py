@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from backends.registry import ModelRegistry
+from backends.cluster.controller_client import ControllerClient
 from protocol.admin import DeploymentList, DeploymentStatus, ScaleRequest, UndeployResult
 from protocol.config import ModelConfig
 from server.admin_auth import require_admin_key
@@ -17,37 +17,37 @@ from server.admin_auth import require_admin_key
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin_key)])
 
 
-def _registry(request: Request) -> ModelRegistry:
-    registry: ModelRegistry = request.app.state.registry
-    return registry
+def _cluster(request: Request) -> ControllerClient:
+    cluster: ControllerClient = request.app.state.cluster
+    return cluster
 
 
 @router.get("/deployments")
 async def list_deployments(request: Request) -> DeploymentList:
-    return DeploymentList(data=await _registry(request).admin("list_deployments"))
+    return DeploymentList(data=await _cluster(request).admin("list_deployments"))
 
 
 @router.get("/deployments/{name}")
 async def get_deployment(name: str, request: Request) -> DeploymentStatus:
-    status: DeploymentStatus = await _registry(request).admin("get", name)
+    status: DeploymentStatus = await _cluster(request).admin("get", name)
     return status
 
 
 @router.post("/deployments", status_code=202)
 async def deploy(spec: ModelConfig, request: Request) -> DeploymentStatus:
-    status: DeploymentStatus = await _registry(request).admin("deploy", spec)
+    status: DeploymentStatus = await _cluster(request).admin("deploy", spec)
     return status
 
 
 @router.patch("/deployments/{name}", status_code=202)
 async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentStatus:
-    status: DeploymentStatus = await _registry(request).admin("scale", name, body.replicas, body.drain_timeout)
+    status: DeploymentStatus = await _cluster(request).admin("scale", name, body.replicas, body.drain_timeout)
     return status
 
 
 @router.put("/deployments/{name}", status_code=202)
 async def update(name: str, spec: ModelConfig, request: Request) -> DeploymentStatus:
-    status: DeploymentStatus = await _registry(request).admin("update", name, spec)
+    status: DeploymentStatus = await _cluster(request).admin("update", name, spec)
     return status
 
 
@@ -57,5 +57,5 @@ async def undeploy(
     request: Request,
     timeout: float = Query(30.0, ge=0, le=3600, description="Seconds to let in-flight requests finish."),
 ) -> UndeployResult:
-    result: UndeployResult = await _registry(request).admin("undeploy", name, timeout)
+    result: UndeployResult = await _cluster(request).admin("undeploy", name, timeout)
     return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from backends.registry import ModelRegistry
+from backends.cluster.controller_client import ControllerClient
 from protocol.models import ModelCard, ModelList
 from server.auth import check_model_access
 from server.context import request_context
@@ -12,25 +12,25 @@ from server.context import request_context
 router = APIRouter()
 
 
-def _registry(request: Request) -> ModelRegistry:
-    registry: ModelRegistry = request.app.state.registry
-    return registry
+def _cluster(request: Request) -> ControllerClient:
+    cluster: ControllerClient = request.app.state.cluster
+    return cluster
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
-    registry = _registry(request)
+    cluster = _cluster(request)
     key = request_context(request).key
-    ids = [i for i in registry.model_ids() if key is None or key.allows(registry.get(i).config.ids)]
-    return ModelList(data=[ModelCard(id=i, created=registry.created) for i in ids])
+    ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
+    return ModelList(data=[ModelCard(id=i, created=cluster.created) for i in ids])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
-    registry = _registry(request)
-    router = registry.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
+    cluster = _cluster(request)
+    router = cluster.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
     check_model_access(request_context(request).key, router.config.ids)
-    return ModelCard(id=model_id, created=registry.created)
+    return ModelCard(id=model_id, created=cluster.created)
 
 
 @router.get("/health")

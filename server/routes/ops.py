@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from backends.registry import ModelRegistry
+from backends.cluster.controller_client import ControllerClient
 from protocol.errors import ServiceUnavailableError
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
@@ -22,8 +22,8 @@ async def ready(request: Request) -> dict[str, object]:
     lifecycle: Lifecycle = request.app.state.lifecycle
     if lifecycle.draining:
         raise ServiceUnavailableError("The gateway is shutting down.", code="draining")
-    registry: ModelRegistry = request.app.state.registry
-    routers = registry.routers()  # ready replicas only: the controller health-checks them
+    cluster: ControllerClient = request.app.state.cluster
+    routers = cluster.routers()  # ready replicas only: the controller health-checks them
     missing = [r.config.name for r in routers if not r.replicas]
     if missing:
         raise ServiceUnavailableError(
@@ -35,8 +35,8 @@ async def ready(request: Request) -> dict[str, object]:
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     gateway_metrics: GatewayMetrics = request.app.state.metrics
-    registry: ModelRegistry = request.app.state.registry
-    gateway_metrics.observe_replicas(registry.routers())
+    cluster: ControllerClient = request.app.state.cluster
+    gateway_metrics.observe_replicas(cluster.routers())
     lifecycle: Lifecycle = request.app.state.lifecycle
     gateway_metrics.draining.set({}, int(lifecycle.draining))
     content, headers = gateway_metrics.render(request.headers.getlist("accept"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.engines import make_engine
-from backends.model_files import ModelFileError, anchor_source
+from backends.engines.factory import make_engine
+from backends.engines.model_files import ModelFileError, anchor_source
 from protocol.config import GatewayConfig, ModelConfig
 
 

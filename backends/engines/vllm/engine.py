@@ -25,10 +25,11 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends import tool_calls, vllm_support
-from backends.deltas import DeltaBuilder
-from backends.engine import Engine, EngineStats, completion_budget
-from backends.vllm_support import (
+from backends.engines import tool_calls
+from backends.engines.vllm import support as vllm_support
+from backends.engines.deltas import DeltaBuilder
+from backends.engines.base import Engine, EngineStats, completion_budget
+from backends.engines.vllm.support import (
     CoreCounters,
     TokenPieces,
     VllmEngineStats,

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from backends import tool_calls
-from backends.engine import EngineStats
+from backends.engines import tool_calls
+from backends.engines.base import EngineStats
 from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 
 # Our stat logger below is vLLM's way to see its scheduler; with it, vLLM's own periodic log
@@ -108,7 +108,7 @@ def structured_outputs(sampling: SamplingParams, tools: ToolsSpec | None) -> Any
     per request (vLLM's own switch for it is engine-wide).
 
     Tool calls use the same text format and call schema as the llama.cpp engine's grammar
-    (`backends/tool_calls.py`): with `auto` the model writes freely until it opens `<tool_call>`,
+    (`backends/engines/tool_calls.py`): with `auto` the model writes freely until it opens `<tool_call>`,
     and from there the call must parse (a *triggered* tag); with `required` or a named function
     the whole output is call blocks, back to back, at least one (exactly one without parallel
     calls), as in the llama.cpp grammar.

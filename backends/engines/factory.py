@@ -3,21 +3,21 @@ the replica, so the gateway process never loads them."""
 
 from __future__ import annotations
 
-from backends.engine import Engine
-from backends.model_files import resolve_model_file
+from backends.engines.base import Engine
+from backends.engines.model_files import resolve_model_file
 from protocol.config import ModelConfig
 
 
 def make_engine(config: ModelConfig) -> Engine:
     if config.backend == "synthetic":
-        from backends.synthetic_engine import SyntheticEngine
+        from backends.engines.synthetic.engine import SyntheticEngine
 
         return SyntheticEngine(config.engine)
     if config.source is None:
         raise ValueError(f"model `{config.name}` has no `source`")
     path = resolve_model_file(config.source, folder=config.backend == "vllm")
     if config.backend == "vllm":
-        from backends.vllm_engine import VllmEngine
+        from backends.engines.vllm.engine import VllmEngine
 
         return VllmEngine(
             str(path),
@@ -26,11 +26,11 @@ def make_engine(config: ModelConfig) -> Engine:
             num_gpus=config.num_gpus,
         )
     if config.backend == "llama_cpp" and config.task == "generate" and int(config.engine.get("n_seq_max", 1)) > 1:
-        from backends.llama_cpp_batched import BatchedLlamaCppEngine
+        from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 
         return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine)
     if config.backend == "llama_cpp":
-        from backends.llama_cpp_engine import LlamaCppEngine
+        from backends.engines.llama_cpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(str(path), embedding=config.task == "embed", engine_kwargs=config.engine)
     raise ValueError(f"unknown backend {config.backend!r}")

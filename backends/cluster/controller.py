@@ -23,11 +23,11 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from backends.deployment import Deployment
-from backends.model_files import ModelFileError, resolve_model_file
-from backends.placement import check_feasible
-from backends.route_table import RouteTable
-from backends.state_store import load_specs, save_specs
+from backends.cluster.deployment import Deployment
+from backends.engines.model_files import ModelFileError, resolve_model_file
+from backends.cluster.placement import check_feasible
+from backends.cluster.route_table import RouteTable
+from backends.cluster.state_file import load_specs, save_specs
 from protocol.admin import DeploymentStatus, UndeployResult
 from protocol.config import ModelConfig
 from protocol.errors import BadRequestError, ConflictError, ModelNotFoundError

@@ -17,8 +17,8 @@ from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.route_table import RouteTable
-from backends.router import ModelRouter
+from backends.cluster.route_table import RouteTable
+from backends.cluster.router import ModelRouter
 from protocol.errors import (
     ModelLoadingError,
     ModelNotFoundError,
@@ -36,7 +36,7 @@ class ControllerError(RuntimeError):
     """The controller could not be created or reached (e.g. an unreadable state file)."""
 
 
-class ModelRegistry:
+class ControllerClient:
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
         self._controller: Any = None

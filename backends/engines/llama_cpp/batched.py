@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends import llama_cpp_sampling as sampling_lib
-from backends.llama_cpp_engine import DEFAULT_ENGINE_KWARGS, LlamaCppEngine
-from backends.llama_cpp_sequence import SequenceOutput
+from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines.llama_cpp.engine import DEFAULT_ENGINE_KWARGS, LlamaCppEngine
+from backends.engines.llama_cpp.sequence import SequenceOutput
 from protocol.generation import FinishReason, GenerateRequest, TokenLogprob
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends import tool_calls
+from backends.engines import tool_calls
 from protocol.generation import Delta, FinishReason, TokenLogprob, ToolCallDelta
 
 

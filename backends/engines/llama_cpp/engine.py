@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from backends import llama_cpp_sampling as sampling_lib
-from backends import tool_calls
-from backends.engine import Engine, EngineStats, completion_budget
-from backends.llama_cpp_sequence import SequenceOutput
+from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines import tool_calls
+from backends.engines.base import Engine, EngineStats, completion_budget
+from backends.engines.llama_cpp.sequence import SequenceOutput
 from protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,

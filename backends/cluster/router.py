@@ -20,8 +20,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.route_table import DeploymentRoute
-from backends.worker import ReplicaDrainingError
+from backends.cluster.route_table import DeploymentRoute
+from backends.cluster.replica import ReplicaDrainingError
 from protocol.admin import DeploymentState
 from protocol.config import ModelConfig
 from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError

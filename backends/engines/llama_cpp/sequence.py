@@ -14,11 +14,11 @@ from typing import Any
 
 import llama_cpp
 
-from backends import llama_cpp_sampling as sampling_lib
-from backends import tool_calls
-from backends.deltas import DeltaBuilder
-from backends.engine import EngineStats
-from backends.text_stream import StopMatcher, Utf8Stream
+from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines import tool_calls
+from backends.engines.deltas import DeltaBuilder
+from backends.engines.base import EngineStats
+from backends.engines.text_stream import StopMatcher, Utf8Stream
 from protocol.generation import Delta, FinishReason, GenerateRequest
 
 

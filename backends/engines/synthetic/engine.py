@@ -24,7 +24,7 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engine import Engine, EngineStats
+from backends.engines.base import Engine, EngineStats
 from protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 

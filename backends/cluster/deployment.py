@@ -27,9 +27,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.placement import check_feasible
-from backends.route_table import DeploymentRoute, ReplicaRoute
-from backends.worker import ModelWorker
+from backends.cluster.placement import check_feasible
+from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
+from backends.cluster.replica import ModelWorker
 from protocol.admin import DeploymentState, DeploymentStatus, ReplicaState, ReplicaStatus
 from protocol.config import ModelConfig
 

@@ -27,7 +27,7 @@ import numpy as np
 from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import SchemaConverter
 
-from backends import tool_calls
+from backends.engines import tool_calls
 from protocol.errors import BadRequestError
 from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from backends.engine import Engine, EngineStats
-from backends.engines import make_engine
+from backends.engines.base import Engine, EngineStats
+from backends.engines.factory import make_engine
 from protocol.config import ModelConfig
 from protocol.generation import (
     Delta,

@@ -1,0 +1,1 @@
+"""The synthetic TEST AND BENCHMARK engine: no language, configurable timing and faults."""
