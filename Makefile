@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup vllm-setup serve test test-core lint soak fuzz bench
+.PHONY: setup vllm-setup serve test test-core unit lint soak fuzz bench
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -45,14 +45,26 @@ vllm-setup: $(VENV)/.vllm-installed
 serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
-test: setup vllm-setup
+# Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
+test: setup vllm-setup lint
 	$(BIN)/python -m pytest
 
 # Everything but the vLLM-served tests (no vLLM install needed).
 test-core: setup
 	$(BIN)/python -m pytest -m "not vllm"
 
+# The fast layer: admission gate, token bucket, router, deployment state machine, stream pump,
+# error mapping, SSE framing. No Ray cluster, no model; a few seconds. Also part of `make test`.
+unit: setup
+	$(BIN)/python -m pytest tests/unit -q
+
+# The same checks as .pre-commit-config.yaml; configuration in pyproject.toml ([tool.ruff],
+# [tool.mypy], [tool.importlinter]). `ruff check --fix .` and `ruff format .` repair most of what
+# the first two report.
 lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 # Operations checks beyond `make test` (README: Operations). The soak sends 2,000 mixed requests at

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -50,6 +50,40 @@ class UnplaceableError(RuntimeError):
     """No alive node can host the replica any more."""
 
 
+class ReplicaActors(Protocol):
+    """How a deployment starts, kills and places its replica actors. `RayActors` in the controller;
+    tests pass a fake, so the state machine runs without a cluster."""
+
+    def start(self, spec: ModelConfig, seq: int) -> Any: ...
+
+    def kill(self, actor: Any) -> None: ...
+
+    async def check_feasible(self, spec: ModelConfig) -> str | None: ...
+
+
+class RayActors:
+    """`ReplicaActors` on Ray: one `ModelWorker` actor per replica."""
+
+    def start(self, spec: ModelConfig, seq: int) -> Any:
+        return (
+            ray.remote(ModelWorker)
+            .options(
+                name=f"raygate:{spec.name}:{seq}:{uuid.uuid4().hex[:8]}",
+                num_cpus=spec.num_cpus,
+                num_gpus=spec.num_gpus,
+                resources=spec.resources or None,
+                runtime_env={"env_vars": spec.env} if spec.env else None,
+            )
+            .remote(spec)
+        )
+
+    def kill(self, actor: Any) -> None:
+        ray.kill(actor)
+
+    async def check_feasible(self, spec: ModelConfig) -> str | None:
+        return await check_feasible(spec)
+
+
 def describe_failure(exc: BaseException) -> str:
     """One line saying why a replica failed: the engine's own error, or Ray's death reason."""
     if isinstance(exc, RayTaskError) and exc.cause is not None:
@@ -75,8 +109,9 @@ class ReplicaRecord:
 
 
 class Deployment:
-    def __init__(self, spec: ModelConfig, on_change: OnChange) -> None:
+    def __init__(self, spec: ModelConfig, on_change: OnChange, actors: ReplicaActors | None = None) -> None:
         self.spec = spec
+        self._actors: ReplicaActors = actors or RayActors()
         self.replicas: list[ReplicaRecord] = []
         self.restarts = 0
         self.error: str | None = None
@@ -197,17 +232,7 @@ class Deployment:
 
     def _start_replica(self, spec: ModelConfig, generation: int) -> ReplicaRecord:
         seq = next(self._seq)
-        actor = (
-            ray.remote(ModelWorker)
-            .options(
-                name=f"raygate:{spec.name}:{seq}:{uuid.uuid4().hex[:8]}",
-                num_cpus=spec.num_cpus,
-                num_gpus=spec.num_gpus,
-                resources=spec.resources or None,
-                runtime_env={"env_vars": spec.env} if spec.env else None,
-            )
-            .remote(spec)
-        )
+        actor = self._actors.start(spec, seq)
         rec = ReplicaRecord(id=f"{spec.name}#{seq}", seq=seq, actor=actor, generation=generation)
         self.replicas.append(rec)
         rec.task = self._spawn(self._run(rec, spec))
@@ -248,7 +273,7 @@ class Deployment:
                 if done:
                     result: dict[str, Any] = started.result()
                     return result
-                why = await check_feasible(spec)
+                why = await self._actors.check_feasible(spec)
                 if why is not None:
                     raise UnplaceableError(f"cannot be placed: {why}")
                 if time.monotonic() > deadline:
@@ -261,7 +286,7 @@ class Deployment:
         self.error = f"replica {rec.id} {rec.error}"
         log.error("deployment %s: %s", self.spec.name, self.error)
         with contextlib.suppress(Exception):
-            ray.kill(rec.actor)  # frees its resources (a no-op if it is already dead)
+            self._actors.kill(rec.actor)  # frees its resources (a no-op if it is already dead)
         self._set(rec, "failed")
 
     async def _on_death(self, rec: ReplicaRecord, exc: BaseException) -> None:
@@ -271,7 +296,7 @@ class Deployment:
         limit = self.spec.max_restarts
         why = None if self.restarts < limit else f"max_restarts={limit} reached"
         if why is None:
-            why = await check_feasible(self.spec)
+            why = await self._actors.check_feasible(self.spec)
         if self._closed or rec not in self.replicas:
             return
         if why is not None:
@@ -310,7 +335,7 @@ class Deployment:
         if rec.task is not None:
             rec.task.cancel()
         with contextlib.suppress(Exception):
-            ray.kill(rec.actor)
+            self._actors.kill(rec.actor)
         if rec in self.replicas:
             self.replicas.remove(rec)
         self._on_change(False)

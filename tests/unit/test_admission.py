@@ -1,0 +1,208 @@
+"""server/admission.py: per-model limits, 429 + Retry-After, FIFO queueing, release."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from protocol.config import ModelLimits
+from protocol.errors import RateLimitError
+from server.admission import Admission, ModelGate
+
+
+def gate(max_running: int | None = None, max_waiting: int | None = None) -> ModelGate:
+    return ModelGate("m", ModelLimits(max_running=max_running, max_waiting=max_waiting))
+
+
+async def test_unbounded_gate_admits_everything_at_once() -> None:
+    g = gate()
+    tickets = [g.enter() for _ in range(50)]
+    assert g.running == 50
+    assert g.waiting == 0
+    assert all(t.admitted.done() for t in tickets)
+    for t in tickets:
+        t.release()
+    assert g.running == 0
+
+
+async def test_running_then_waiting_then_429_with_retry_after() -> None:
+    g = gate(max_running=2, max_waiting=1)
+    a, b = g.enter(), g.enter()
+    c = g.enter()
+    assert (g.running, g.waiting) == (2, 1)
+    assert a.admitted.done()
+    assert b.admitted.done()
+    assert not c.admitted.done()
+
+    with pytest.raises(RateLimitError) as info:
+        g.enter()
+    err = info.value
+    assert err.status_code == 429
+    assert err.code == "queue_full"
+    assert "at capacity (2 running, 1 waiting)" in err.message
+    assert err.retry_after is not None
+    assert err.retry_after >= 1
+    assert err.headers() == {"Retry-After": str(err.retry_after)}
+    # A refusal leaves the counts alone.
+    assert (g.running, g.waiting) == (2, 1)
+    for t in (a, b, c):
+        t.release()
+
+
+async def test_max_waiting_zero_refuses_as_soon_as_running_is_full() -> None:
+    g = gate(max_running=1, max_waiting=0)
+    t = g.enter()
+    with pytest.raises(RateLimitError):
+        g.enter()
+    t.release()
+    g.enter().release()  # the slot is free again
+
+
+async def test_max_running_without_max_waiting_queues_without_bound() -> None:
+    g = gate(max_running=1)
+    tickets = [g.enter() for _ in range(20)]
+    assert (g.running, g.waiting) == (1, 19)
+    for t in tickets:
+        t.release()
+    assert (g.running, g.waiting) == (0, 0)
+
+
+async def test_queue_is_served_in_arrival_order() -> None:
+    g = gate(max_running=1, max_waiting=3)
+    first = g.enter()
+    queued = [g.enter() for _ in range(3)]
+    order: list[int] = []
+
+    async def waiter(i: int) -> None:
+        await queued[i].wait()
+        order.append(i)
+
+    # Start the waiters in reverse so that task scheduling order cannot explain the result.
+    tasks = [asyncio.create_task(waiter(i)) for i in reversed(range(3))]
+    await asyncio.sleep(0)
+    assert order == []
+    first.release()
+    for expected in range(3):
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert order == list(range(expected + 1))
+        assert g.running == 1
+        assert g.waiting == 2 - expected
+        queued[expected].release()
+    await asyncio.gather(*tasks)
+    assert (g.running, g.waiting) == (0, 0)
+
+
+async def test_release_of_a_queued_ticket_leaves_the_queue_and_keeps_order() -> None:
+    g = gate(max_running=1, max_waiting=3)
+    running = g.enter()
+    a, b, c = g.enter(), g.enter(), g.enter()
+    b.release()  # the client gave up while queued
+    assert b.admitted.cancelled()
+    assert (g.running, g.waiting) == (1, 2)
+    running.release()
+    assert a.admitted.done()
+    assert not a.admitted.cancelled()
+    assert not c.admitted.done()
+    a.release()
+    assert c.admitted.done()
+    c.release()
+    assert (g.running, g.waiting) == (0, 0)
+
+
+async def test_release_is_idempotent() -> None:
+    g = gate(max_running=1, max_waiting=1)
+    a = g.enter()
+    q = g.enter()
+    a.release()
+    a.release()
+    assert (g.running, g.waiting) == (1, 0)  # q took the slot; the second release changed nothing
+    q.release()
+    q.release()
+    assert (g.running, g.waiting) == (0, 0)
+
+
+async def test_timed_out_wait_does_not_give_up_the_place_in_the_queue() -> None:
+    """`wait()` shields the future: a caller's timeout must not cancel it, or the gate would lose
+    track of whether the ticket holds a slot."""
+    g = gate(max_running=1, max_waiting=1)
+    a = g.enter()
+    q = g.enter()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(q.wait(), 0.01)
+    assert not q.admitted.cancelled()
+    assert g.waiting == 1
+    a.release()
+    assert q.admitted.done()
+    assert await q.wait() >= 0.01  # seconds spent queued
+    q.release()
+    assert (g.running, g.waiting) == (0, 0)
+
+
+async def test_wait_of_an_immediately_admitted_ticket_is_zero() -> None:
+    g = gate(max_running=1)
+    t = g.enter()
+    assert await t.wait() < 0.01  # no time queued
+    t.release()
+
+
+@pytest.mark.parametrize(
+    ("avg", "max_running", "waiting", "expected"),
+    [
+        (1.0, 1, 0, 1),  # never below 1 s
+        (0.01, 4, 0, 1),
+        (10.0, 2, 3, 20),  # 10 s x (3 waiting + this one) / 2 slots
+        (2.5, 1, 1, 5),
+        (1000.0, 1, 5, 60),  # capped
+        (3.0, None, 0, 3),  # unbounded running counts as one slot
+    ],
+)
+def test_retry_after_estimate(avg: float, max_running: int | None, waiting: int, expected: int) -> None:
+    g = gate(max_running=max_running)
+    g.avg_seconds, g.waiting = avg, waiting
+    assert g.retry_after() == expected
+
+
+async def test_completed_requests_pull_the_duration_average_toward_their_length() -> None:
+    g = gate(max_running=1)
+    assert g.avg_seconds == 1.0
+    g.enter().release()  # ~0 s long: 1.0 + 0.2 * (0 - 1.0)
+    assert 0.8 <= g.avg_seconds < 0.81
+    # A queued ticket that gives up never ran: the average does not move.
+    running = g.enter()
+    queued = g.enter()
+    before = g.avg_seconds
+    queued.release()
+    assert g.avg_seconds == before
+    running.release()
+
+
+async def test_on_change_sees_every_transition() -> None:
+    seen: list[tuple[int, int]] = []
+    g = ModelGate(
+        "m", ModelLimits(max_running=1, max_waiting=1), lambda gt: seen.append((gt.running, gt.waiting))
+    )
+    a = g.enter()
+    b = g.enter()
+    with pytest.raises(RateLimitError):
+        g.enter()
+    a.release()
+    b.release()
+    assert seen == [(1, 0), (1, 1), (1, 0), (0, 0)]
+
+
+async def test_admission_keeps_one_gate_per_model_and_takes_new_limits() -> None:
+    changes: list[str] = []
+    adm = Admission(on_change=lambda g: changes.append(g.name))
+    g1 = adm.gate("a", ModelLimits(max_running=1))
+    t = g1.enter()
+    g2 = adm.gate("a", ModelLimits(max_running=2, max_waiting=0))
+    assert g2 is g1
+    assert g1.limits.max_running == 2
+    assert g1.running == 1  # counts survive a limits change
+    assert adm.gate("b", ModelLimits()) is not g1
+    g1.enter().release()  # the raised limit applies at once
+    t.release()
+    assert set(adm.gates) == {"a", "b"}
+    assert changes == ["a", "a", "a", "a"]

@@ -1,0 +1,316 @@
+"""backends/cluster/router.py: least-loaded choice with a rotating tiebreak, and the retry on
+another replica when one is draining or dead before the first token. The replicas are fakes
+shaped like Ray actor handles (`.generate.options(...).remote(...)` gives an async iterable of
+awaitables); Ray itself is never started."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from ray.exceptions import RayActorError, RayTaskError
+
+from backends.cluster.replica import ReplicaDrainingError
+from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
+from backends.cluster.router import ModelRouter, Replica
+from protocol.config import ModelConfig
+from protocol.errors import EngineError, ServiceUnavailableError
+from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest, SamplingParams
+
+CONFIG = ModelConfig(name="m", backend="synthetic")
+REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
+
+
+def task_error(cause: BaseException) -> RayTaskError:
+    """What Ray raises in the caller when the actor's method raised `cause`."""
+    return RayTaskError("generate", "Traceback (most recent call last): ...", cause)
+
+
+def died() -> RayActorError:
+    return RayActorError()
+
+
+def deltas(*texts: str, finish: bool = True) -> list[Delta]:
+    out = [Delta(text=t, completion_tokens=i + 1, prompt_tokens=2) for i, t in enumerate(texts)]
+    if finish and out:
+        out[-1].finish_reason = "stop"
+    return out
+
+
+async def _value(v: Any) -> Any:
+    return v
+
+
+async def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+class FakeStream:
+    """What `.options(num_returns="streaming").remote()` gives: an async iterator of object refs
+    (awaitables), each holding one batch of deltas. `fail_at=i` makes the i-th ref raise."""
+
+    def __init__(self, batches: list[list[Delta]], fail_at: int | None, error: BaseException | None) -> None:
+        self.batches, self.fail_at, self.error = batches, fail_at, error
+        self.pulled = 0
+
+    def __aiter__(self) -> FakeStream:
+        return self
+
+    async def __anext__(self) -> Awaitable[Any]:
+        i = self.pulled
+        if self.fail_at is not None and i == self.fail_at:
+            self.pulled += 1
+            assert self.error is not None
+            return _raise(self.error)
+        if i >= len(self.batches):
+            raise StopAsyncIteration
+        self.pulled += 1
+        return _value(self.batches[i])
+
+
+class FakeMethod:
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+        self.options_seen: list[dict[str, Any]] = []
+
+    def options(self, **kwargs: Any) -> FakeMethod:
+        self.options_seen.append(kwargs)
+        return self
+
+    def remote(self, *args: Any) -> Any:
+        return self._call(*args)
+
+
+class FakeActor:
+    def __init__(
+        self,
+        name: str,
+        batches: list[list[Delta]] | None = None,
+        *,
+        fail_at: int | None = None,
+        error: BaseException | None = None,
+        embed: Callable[[EmbedRequest], Awaitable[EmbedResult]] | None = None,
+    ) -> None:
+        self.name = name
+        self.streams: list[FakeStream] = []
+        self.embeds = 0
+
+        def generate(request: GenerateRequest) -> FakeStream:
+            stream = FakeStream(batches or [], fail_at, error)
+            self.streams.append(stream)
+            return stream
+
+        async def do_embed(request: EmbedRequest) -> EmbedResult:
+            self.embeds += 1
+            if error is not None:
+                raise error
+            return EmbedResult(embeddings=[[1.0]], prompt_tokens=1) if embed is None else await embed(request)
+
+        self.generate = FakeMethod(generate)
+        self.embed = FakeMethod(do_embed)
+
+
+def router(*actors: FakeActor) -> ModelRouter:
+    return ModelRouter(CONFIG, [Replica(actor=a, id=a.name) for a in actors])
+
+
+async def collect(it: AsyncIterator[Delta]) -> list[Delta]:
+    return [d async for d in it]
+
+
+# ---- choice ------------------------------------------------------------------------------------
+
+
+def test_pick_takes_the_least_loaded_replica() -> None:
+    r = router(FakeActor("a"), FakeActor("b"), FakeActor("c"))
+    for rep, load in zip(r.replicas, (2, 0, 1), strict=True):
+        rep.inflight = load
+    assert {r._pick(set()).id for _ in range(5)} == {"b"}
+
+
+def test_ties_rotate_over_the_equally_loaded() -> None:
+    r = router(FakeActor("a"), FakeActor("b"), FakeActor("c"))
+    r.replicas[2].inflight = 1
+    picks = [r._pick(set()).id for _ in range(6)]
+    assert sorted(picks) == ["a", "a", "a", "b", "b", "b"]
+    assert picks[0] != picks[1]  # alternates rather than sticking to one
+
+
+def test_pick_skips_replicas_already_tried() -> None:
+    r = router(FakeActor("a"), FakeActor("b"))
+    r.replicas[1].inflight = 5
+    assert r._pick({"a"}).id == "b"
+    with pytest.raises(ServiceUnavailableError, match="no ready replica"):
+        r._pick({"a", "b"})
+
+
+def test_no_replicas_is_503() -> None:
+    r = router()
+    assert r.state == "loading"
+    with pytest.raises(ServiceUnavailableError):
+        r._pick(set())
+
+
+def test_update_keeps_known_replicas_and_their_counts() -> None:
+    a, b, c = FakeActor("a"), FakeActor("b"), FakeActor("c")
+    r = router(a, b)
+    kept = r.replicas[0]
+    kept.inflight = 3
+    r.update(
+        DeploymentRoute(
+            spec=CONFIG,
+            state="ready",
+            error=None,
+            replicas=[ReplicaRoute("a", a, "node-1", 4096), ReplicaRoute("c", c, "node-2", 2048)],
+            restarts=1,
+        )
+    )
+    assert [x.id for x in r.replicas] == ["a", "c"]
+    assert r.replicas[0] is kept
+    assert kept.inflight == 3
+    assert (kept.node_id, kept.context_length) == ("node-1", 4096)
+    assert r.restarts == 1
+    assert r._pick(set()).id == "c"
+
+
+# ---- generate ----------------------------------------------------------------------------------
+
+
+async def test_generate_streams_every_delta_and_asks_for_a_streaming_call() -> None:
+    a = FakeActor("a", [deltas("he", "l", finish=False), deltas("lo")])
+    r = router(a)
+    out = await collect(r.generate(REQUEST))
+    assert [d.text for d in out] == ["he", "l", "lo"]
+    assert out[-1].finish_reason == "stop"
+    assert a.generate.options_seen == [{"num_returns": "streaming"}]
+    assert r.replicas[0].inflight == 0
+
+
+async def test_generate_stops_at_the_finishing_delta_without_draining_the_stream() -> None:
+    a = FakeActor("a", [deltas("x"), deltas("never")])
+    out = await collect(router(a).generate(REQUEST))
+    assert [d.text for d in out] == ["x"]
+    assert a.streams[0].pulled == 1
+
+
+async def test_inflight_counts_while_streaming() -> None:
+    a = FakeActor("a", [deltas("x", finish=False), deltas("y")])
+    r = router(a)
+    it = r.generate(REQUEST)
+    await anext(it)
+    assert r.replicas[0].inflight == 1
+    assert [d.text async for d in it] == ["y"]
+    assert r.replicas[0].inflight == 0
+
+
+@pytest.mark.parametrize(
+    "error",
+    [task_error(ReplicaDrainingError("draining")), task_error(died()), died()],
+    ids=["draining", "died-inside-task", "actor-died"],
+)
+async def test_generate_retries_on_another_replica_before_the_first_token(error: BaseException) -> None:
+    bad = FakeActor("bad", fail_at=0, error=error)
+    good = FakeActor("good", [deltas("ok")])
+    r = router(bad, good)
+    r.replicas[1].inflight = 1  # the broken one is the least loaded: it is tried first
+    out = await collect(r.generate(REQUEST))
+    assert [d.text for d in out] == ["ok"]
+    assert len(bad.streams) == 1
+    assert len(good.streams) == 1
+    assert [x.inflight for x in r.replicas] == [0, 1]
+
+
+async def test_generate_gives_503_when_every_replica_refuses() -> None:
+    error = task_error(ReplicaDrainingError("draining"))
+    a, b = FakeActor("a", fail_at=0, error=error), FakeActor("b", fail_at=0, error=error)
+    r = router(a, b)
+    with pytest.raises(ServiceUnavailableError):
+        await collect(r.generate(REQUEST))
+    assert (len(a.streams), len(b.streams)) == (1, 1)  # each tried once, no loop
+    assert [x.inflight for x in r.replicas] == [0, 0]
+
+
+async def test_no_retry_once_a_token_went_out() -> None:
+    a = FakeActor("a", [deltas("partial", finish=False)], fail_at=1, error=died())
+    b = FakeActor("b", [deltas("other")])
+    r = router(a, b)
+    r.replicas[1].inflight = 1
+    it = r.generate(REQUEST)
+    assert (await anext(it)).text == "partial"
+    with pytest.raises(ServiceUnavailableError):
+        await anext(it)
+    assert b.streams == []
+    assert r.replicas[0].inflight == 0
+
+
+async def test_engine_errors_are_not_retried() -> None:
+    a = FakeActor("a", fail_at=0, error=task_error(ValueError("bad grammar")))
+    b = FakeActor("b", [deltas("other")])
+    r = router(a, b)
+    r.replicas[1].inflight = 1
+    with pytest.raises(EngineError, match="bad grammar"):
+        await collect(r.generate(REQUEST))
+    assert b.streams == []
+
+
+async def test_closing_the_stream_early_cancels_the_ray_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    cancelled: list[Any] = []
+    monkeypatch.setattr("ray.cancel", cancelled.append)
+    a = FakeActor("a", [deltas("x", finish=False), deltas("y")])
+    r = router(a)
+    it = r.generate(REQUEST)
+    assert isinstance(it, AsyncGenerator)
+    await anext(it)
+    await it.aclose()  # the client went away
+    assert cancelled == [a.streams[0]]
+    assert r.replicas[0].inflight == 0
+
+
+async def test_finished_streams_are_not_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    cancelled: list[Any] = []
+    monkeypatch.setattr("ray.cancel", cancelled.append)
+    await collect(router(FakeActor("a", [deltas("x")])).generate(REQUEST))
+    assert cancelled == []
+
+
+# ---- embed -------------------------------------------------------------------------------------
+
+
+async def test_embed_retries_on_a_draining_replica() -> None:
+    bad = FakeActor("bad", error=task_error(ReplicaDrainingError("draining")))
+    good = FakeActor("good")
+    r = router(bad, good)
+    r.replicas[1].inflight = 1
+    result = await r.embed(EmbedRequest(request_id="e", inputs=["x"]))
+    assert result.embeddings == [[1.0]]
+    assert (bad.embeds, good.embeds) == (1, 1)
+    assert [x.inflight for x in r.replicas] == [0, 1]
+
+
+async def test_embed_engine_error_is_not_retried() -> None:
+    bad = FakeActor("bad", error=task_error(ValueError("too long")))
+    good = FakeActor("good")
+    r = router(bad, good)
+    r.replicas[1].inflight = 1
+    with pytest.raises(EngineError):
+        await r.embed(EmbedRequest(request_id="e", inputs=["x"]))
+    assert good.embeds == 0
+
+
+async def test_concurrent_requests_spread_over_replicas() -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: EmbedRequest) -> EmbedResult:
+        await gate.wait()
+        return EmbedResult(embeddings=[[0.0]], prompt_tokens=1)
+
+    a, b = FakeActor("a", embed=slow), FakeActor("b", embed=slow)
+    r = router(a, b)
+    calls = [asyncio.create_task(r.embed(EmbedRequest(request_id=str(i), inputs=["x"]))) for i in range(4)]
+    await asyncio.sleep(0)
+    assert [x.inflight for x in r.replicas] == [2, 2]
+    gate.set()
+    await asyncio.gather(*calls)
+    assert (a.embeds, b.embeds) == (2, 2)
