@@ -86,8 +86,14 @@ class FakeActors:
 
 
 class Changes(list[bool]):
+    """The deployment's `on_change` calls; `peek`, if set, runs at each (to see the state then)."""
+
+    peek: Callable[[bool], None] | None = None
+
     def __call__(self, spec_changed: bool) -> None:
         self.append(spec_changed)
+        if self.peek is not None:
+            self.peek(spec_changed)
 
 
 @pytest.fixture(autouse=True)
@@ -361,6 +367,10 @@ async def test_update_rolls_a_new_set_then_drains_the_old(make: Any) -> None:
     await settle(lambda: dep.state == "ready")
     changes.clear()
 
+    routed_at_switch: list[list[str]] = []
+    changes.peek = lambda spec_changed: (
+        routed_at_switch.append([r.id for r in dep.route().replicas]) if spec_changed else None
+    )
     new_spec = dep.spec.model_copy(update={"engine": {"seed": 1}})
     dep.update(new_spec)
     assert dep.updating
@@ -374,7 +384,8 @@ async def test_update_rolls_a_new_set_then_drains_the_old(make: Any) -> None:
     actors.started[3].ready()
     await settle(lambda: not dep.updating)
     assert dep.spec == new_spec
-    assert True in changes  # the new spec is persisted
+    # The switch is one change: the spec is persisted and the old set is out of routing at once.
+    assert routed_at_switch == [["m#3", "m#4"]]
     await settle(lambda: len(dep.replicas) == 2)
     assert [r.id for r in dep.replicas] == ["m#3", "m#4"]
     assert [a.killed for a in actors.started] == [True, True, False, False]
