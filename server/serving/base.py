@@ -166,7 +166,7 @@ class GenerationServing(Serving[BodyT]):
         """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
         async for index, delta in deltas:
-            first = not tally.seen(index)
+            first = index not in tally.texts
             if first:
                 opening = self.opening_chunk(index)
                 if opening is not None:

@@ -38,6 +38,7 @@ class ChatServing(GenerationServing[ChatCompletionRequest]):
             include_usage=body.include_usage,
             user=body.user,
         )
+        self._logprobs = body.logprobs
         self._marker = text_marker()
         self._templates: dict[int, TextTemplate] = {}
 
@@ -82,18 +83,16 @@ class ChatServing(GenerationServing[ChatCompletionRequest]):
             id=self.id, created=self.created, model=self.body.model, choices=choices, usage=usage
         ).to_json()
 
-    def _text_chunk(self, index: int, text: str) -> str:
-        """The per-token chunk, from a template made of the same model (see protocol/templates)."""
-        template = self._templates.get(index)
-        if template is None:
-            model = ChatCompletionChunk(
-                id=self.id,
-                created=self.created,
-                model=self.body.model,
-                choices=[ChatChunkChoice(index=index, delta=ChatDelta(content=self._marker))],
-            )
-            template = self._templates[index] = TextTemplate(model, self._marker)
-        return template.render(text)
+    def _text_template(self, index: int) -> TextTemplate:
+        """The per-token chunk's template, made of the same model (see protocol/templates)."""
+        model = ChatCompletionChunk(
+            id=self.id,
+            created=self.created,
+            model=self.body.model,
+            choices=[ChatChunkChoice(index=index, delta=ChatDelta(content=self._marker))],
+        )
+        template = self._templates[index] = TextTemplate(model, self._marker)
+        return template
 
     def opening_chunk(self, index: int) -> str:
         """A choice's first chunk announces the role, as OpenAI's do."""
@@ -102,9 +101,11 @@ class ChatServing(GenerationServing[ChatCompletionRequest]):
     def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
         content = delta.text or None
         calls = _call_chunks(delta.tool_calls) if delta.tool_calls else None
-        logprobs = ChoiceLogprobs.of(delta.logprobs) if self.body.logprobs and delta.logprobs else None
+        logprobs = ChoiceLogprobs.of(delta.logprobs) if self._logprobs and delta.logprobs else None
         if content is not None and delta.finish_reason is None and not calls and logprobs is None:
-            return self._text_chunk(index, content)
+            # The per-token path: one template render, nothing built (see protocol/templates).
+            template = self._templates.get(index) or self._text_template(index)
+            return template.render(content)
         if content is not None or calls or logprobs or delta.finish_reason is not None:
             return self._chunk(
                 [

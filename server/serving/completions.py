@@ -83,14 +83,12 @@ class CompletionServing(GenerationServing[CompletionRequest]):
             id=self.id, created=self.created, model=self.body.model, choices=choices, usage=usage
         ).to_json()
 
-    def _text_chunk(self, index: int, text: str) -> str:
-        """The per-token chunk, from a template made of the same model (see protocol/templates)."""
-        template = self._templates.get(index)
-        if template is None:
-            choice = CompletionChoice(index=index, text=self._marker, finish_reason=None)
-            model = Completion(id=self.id, created=self.created, model=self.body.model, choices=[choice])
-            template = self._templates[index] = TextTemplate(model, self._marker)
-        return template.render(text)
+    def _text_template(self, index: int) -> TextTemplate:
+        """The per-token chunk's template, made of the same model (see protocol/templates)."""
+        choice = CompletionChoice(index=index, text=self._marker, finish_reason=None)
+        model = Completion(id=self.id, created=self.created, model=self.body.model, choices=[choice])
+        template = self._templates[index] = TextTemplate(model, self._marker)
+        return template
 
     def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
         echo = self._echoes[index // self.body.n] if first else ""
@@ -99,7 +97,9 @@ class CompletionServing(GenerationServing[CompletionRequest]):
         logprobs = self._logprobs(entries, offset) if entries else None
         self._offsets[index] = offset + sum(len(e.token) for e in entries)
         if delta.text and not echo and delta.finish_reason is None and logprobs is None:
-            return self._text_chunk(index, delta.text)
+            # The per-token path: one template render, nothing built (see protocol/templates).
+            template = self._templates.get(index) or self._text_template(index)
+            return template.render(delta.text)
         if echo or delta.text or logprobs or delta.finish_reason is not None:
             return self._chunk(
                 [

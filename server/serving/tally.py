@@ -46,10 +46,6 @@ class Tally:
             call.name = piece.name or call.name
             call.arguments.append(piece.arguments)
 
-    def seen(self, index: int) -> bool:
-        """Whether a delta of choice `index` was added already (streams announce a choice once)."""
-        return index in self.texts
-
     def tool_calls(self, index: int) -> list[CallSoFar]:
         return [c for _, c in sorted(self.calls.get(index, {}).items())]
 
