@@ -1,9 +1,10 @@
-"""`ModelHandle`: what a route calls instead of the model's router.
+"""`ModelHandle`: what the serving layer calls instead of the model's router.
 
-It adds what every engine call needs and no route should repeat: the admission wait, the engine
+It adds what every engine call needs and no endpoint should repeat: the admission wait, the engine
 request id prefixed with the HTTP request id, the time-to-first-token and total deadlines (on
 expiry the engine stream is cancelled, which aborts the engine request), the drain stop, and the
 per-model metrics (TTFT, time per output token, end-to-end latency, queue time, token counts).
+The router is private: every engine call, `/tokenize` included, goes through a method here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from fastapi import Request
 from backends.cluster.router import ModelRouter
 from protocol.config import ModelConfig
 from protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+)
 from server.admission import Admission, Ticket
 from server.context import RequestContext, request_context
 from server.metrics import GatewayMetrics
@@ -30,6 +38,8 @@ def _earliest(*deadlines: float | None) -> float | None:
 
 
 class ModelHandle:
+    """One request's access to one admitted model; created by `open_model`."""
+
     def __init__(
         self,
         router: ModelRouter,
@@ -38,7 +48,7 @@ class ModelHandle:
         metrics: GatewayMetrics,
         settings: Settings,
     ) -> None:
-        self.router = router
+        self._router = router
         self.config: ModelConfig = router.config
         self._ctx = ctx
         self._ticket = ticket
@@ -78,7 +88,7 @@ class ModelHandle:
         await self._admitted()
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         loop = asyncio.get_running_loop()
-        stream = self.router.generate(request)
+        stream = self._router.generate(request)
         first_at: float | None = None
         last: Delta | None = None
         try:
@@ -119,12 +129,30 @@ class ModelHandle:
         await self._admitted()
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         result = await self._ctx.bounded(
-            self.router.embed(request), self._total_deadline, self._total_expired
+            self._router.embed(request), self._total_deadline, self._total_expired
         )
         self._metrics.prompt_tokens.add(self._labels, result.prompt_tokens)
         self._metrics.success.inc({**self._labels, "finished_reason": "stop"})
         self._metrics.e2e.observe(self._labels, asyncio.get_running_loop().time() - self._ctx.started)
         return result
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """The model's tokenizer, after the admission wait and within the request deadline.
+
+        No metrics: tokenizing is not inference, and it has no request id (it cannot be aborted,
+        only abandoned: the replica finishes it and nobody reads the answer).
+        """
+        await self._admitted()
+        return await self._ctx.bounded(
+            self._router.tokenize(request), self._total_deadline, self._total_expired
+        )
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        """The text of `tokens`, under the same admission and deadline as `tokenize`."""
+        await self._admitted()
+        return await self._ctx.bounded(
+            self._router.detokenize(tokens), self._total_deadline, self._total_expired
+        )
 
 
 def open_model(request: Request, router: ModelRouter) -> ModelHandle:
@@ -142,3 +170,4 @@ def open_model(request: Request, router: ModelRouter) -> ModelHandle:
         raise
     ctx.on_close(ticket.release)
     return ModelHandle(router, ctx, ticket, metrics, state.settings)
+

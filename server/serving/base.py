@@ -1,0 +1,179 @@
+"""The serving layer: what every endpoint does around the engine, written once.
+
+A route handler builds the endpoint's serving object from the validated body and returns
+`await serving.respond()`. The object lives for one request, so what the request needs while it
+runs (its id, its model handle, per-choice templates and offsets) is plain attributes rather than
+closures passed around.
+
+`Serving` is the base of every endpoint that reaches a model: it names the endpoint (for the
+unknown-field log and error messages) and the task a model must serve, and resolves the model
+into an admitted `ModelHandle`, through which every engine call goes (admission wait, deadlines,
+engine request ids, metrics: server/guard.py).
+
+`GenerationServing` adds the steps every generating endpoint shares, in this order:
+
+1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full);
+2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt);
+3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
+4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
+   chunk is still an HTTP error, later ones travel in-band; a disconnect cancels the stream, which
+   aborts the engine requests), or collect it into a `Tally` and render one body, answering 499
+   when the client left first (the engine requests are aborted too).
+
+Timeouts and metrics live in the handle, so they hold for every endpoint alike. A new generating
+endpoint (the Responses API, Anthropic Messages) is a subclass that says how its body becomes
+`GenerateRequest`s and how to render a delta as a chunk and a `Tally` as the final body.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import ClassVar, Generic, TypeVar
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from protocol.base import RequestModel, ResponseModel
+from protocol.common import Usage
+from protocol.config import Task
+from protocol.generation import Delta, GenerateRequest
+from server.fanout import merge
+from server.guard import ModelHandle
+from server.ids import new_id
+from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
+from server.serving.resolve import resolve_model
+from server.serving.tally import Tally
+from server.streaming import sse_response
+
+log = logging.getLogger(__name__)
+
+BodyT = TypeVar("BodyT", bound=RequestModel)
+
+
+def json_response(body: ResponseModel) -> Response:
+    """A response model as the JSON body OpenAI clients expect (`omit_when_none` honoured)."""
+    return Response(body.to_json(), media_type="application/json")
+
+
+def sample_seed(seed: int | None, sample: int) -> int | None:
+    """n samples with one seed must still differ from each other, and repeat across calls."""
+    return None if seed is None else seed + sample
+
+
+class Serving(ABC, Generic[BodyT]):
+    """One request to an endpoint that reaches a model."""
+
+    # The endpoint's name in the unknown-field log ("chat.completions").
+    endpoint: ClassVar[str]
+    # The task the model must serve; None: any model will do (tokenizers).
+    task: ClassVar[Task | None]
+
+    def __init__(self, body: BodyT, request: Request) -> None:
+        self.body = body
+        self.request = request
+
+    def resolve(self) -> ModelHandle:
+        """The admitted model, or the error response that refuses the request."""
+        return resolve_model(self.request, self.endpoint, self.body, self.task)
+
+    @abstractmethod
+    async def respond(self) -> Response:
+        """The whole answer to the request."""
+
+
+class GenerationServing(Serving[BodyT]):
+    """One request to a generating endpoint: resolve, fan out, merge, stream or collect.
+
+    Subclasses pass what the base reads from their body to `__init__` (whether to stream, how
+    many samples each prompt gets, whether a stream ends with usage) and implement `sequences`,
+    `delta_chunk`, `usage_chunk` and `final_body`. `opening_chunk` and `stream` may be overridden
+    where a protocol needs more than one chunk per delta.
+    """
+
+    task: ClassVar[Task | None] = "generate"
+    # The id's prefix: "chatcmpl" gives `chatcmpl-<hex>`.
+    id_prefix: ClassVar[str]
+
+    def __init__(
+        self,
+        body: BodyT,
+        request: Request,
+        *,
+        stream: bool,
+        samples_per_prompt: int,
+        include_usage: bool,
+        user: str | None = None,
+    ) -> None:
+        super().__init__(body, request)
+        self.streaming = stream
+        self.samples_per_prompt = samples_per_prompt
+        self.include_usage = include_usage
+        self.user = user
+        self.id = new_id(self.id_prefix)
+        self.created = int(time.time())
+
+    # --- what a subclass says ------------------------------------------------------------------
+
+    @abstractmethod
+    def sequences(self) -> list[GenerateRequest]:
+        """The engine requests, in choice order (prompt-major: prompt p's sample i is choice
+        `p * samples_per_prompt + i`). Called after the model is resolved, so a refusal of the
+        body (an `OpenAIError`) comes after "no such model", as OpenAI orders them."""
+
+    def opening_chunk(self, index: int) -> str | None:
+        """A chunk sent before choice `index`'s first delta (chat announces the role); None: none."""
+        return None
+
+    @abstractmethod
+    def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
+        """The chunk for one delta of choice `index` (`first`: its first), or None to send none.
+        This runs once per token: keep it on a `TextTemplate` for plain text (protocol/templates)."""
+
+    @abstractmethod
+    def usage_chunk(self, usage: Usage) -> str:
+        """The last chunk of a stream that asked for usage (`stream_options.include_usage`)."""
+
+    @abstractmethod
+    def final_body(self, tally: Tally, choices: int) -> ResponseModel:
+        """The non-streamed body, from every choice's collected deltas."""
+
+    # --- what the base does --------------------------------------------------------------------
+
+    def sequence_id(self, index: int) -> str:
+        """The engine request id of choice `index` (the handle prefixes the HTTP request id)."""
+        return f"{self.id}-{index}"
+
+    def usage(self, tally: Tally) -> Usage:
+        return Usage.of(*tally.usage_counts(self.samples_per_prompt))
+
+    async def respond(self) -> Response:
+        model = self.resolve()
+        if self.user:
+            log.debug("%s for user %r", self.id, self.user)
+        requests = self.sequences()
+        deltas = merge([model.generate(r) for r in requests])
+        if self.streaming:
+            return await sse_response(self.stream(deltas), self.request)
+        tally = await collect(self.request, deltas)
+        if tally is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return json_response(self.final_body(tally, len(requests)))
+
+    async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[str]:
+        """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
+        tally = Tally()
+        async for index, delta in deltas:
+            first = index not in tally.texts
+            if first:
+                opening = self.opening_chunk(index)
+                if opening is not None:
+                    yield opening
+            tally.add(index, delta)
+            chunk = self.delta_chunk(index, delta, first)
+            if chunk is not None:
+                yield chunk
+        if self.include_usage:
+            yield self.usage_chunk(self.usage(tally))

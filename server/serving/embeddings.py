@@ -1,0 +1,51 @@
+"""`EmbeddingServing`: `POST /v1/embeddings` on the serving base."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from fastapi.responses import Response
+
+from protocol.config import Task
+from protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from protocol.errors import BadRequestError
+from protocol.generation import EmbedRequest
+from server.ids import new_id
+from server.serving.base import Serving, json_response
+
+
+def shorten(vector: list[float], dimensions: int | None) -> list[float]:
+    """OpenAI's `dimensions`: keep the first d components, then renormalise to unit length."""
+    if dimensions is None or dimensions == len(vector):
+        return vector
+    if dimensions > len(vector):
+        raise BadRequestError(
+            f"`dimensions` must be at most {len(vector)} for this model.", param="dimensions"
+        )
+    head = vector[:dimensions]
+    norm = math.sqrt(sum(v * v for v in head)) or 1.0
+    return [v / norm for v in head]
+
+
+class EmbeddingServing(Serving[EmbeddingRequest]):
+    """One batch of inputs, embedded in one engine call (the handle bounds it by the deadline)."""
+
+    endpoint: ClassVar[str] = "embeddings"
+    task: ClassVar[Task | None] = "embed"
+
+    async def respond(self) -> Response:
+        body = self.body
+        model = self.resolve()
+        result = await model.embed(EmbedRequest(new_id("embd"), body.inputs()))
+        response = EmbeddingResponse(
+            data=[
+                Embedding(
+                    index=i, embedding=Embedding.encode(shorten(v, body.dimensions), body.encoding_format)
+                )
+                for i, v in enumerate(result.embeddings)
+            ],
+            model=body.model,
+            usage=EmbeddingUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+        )
+        return json_response(response)

@@ -1,0 +1,43 @@
+"""Model resolution: from the body's `model` to an admitted `ModelHandle`, or an error response.
+
+Everything here happens before the first byte of the response and before anything reaches an
+engine, so each refusal gets its own HTTP status (404, 403, 400, 429).
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from backends.cluster.controller_client import ControllerClient
+from protocol.base import RequestModel
+from protocol.config import Task
+from protocol.errors import BadRequestError, UnsupportedParameterError
+from server.auth import check_model_access
+from server.context import request_context
+from server.guard import ModelHandle, open_model
+from server.unknown_fields import UnknownFieldLog
+
+_TASK_ENDPOINTS = {"generate": "chat and text completions", "embed": "embeddings"}
+
+
+def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task | None) -> ModelHandle:
+    """The model the body names, checked against the API key, and admitted (or refused with 429).
+    `task=None`: any model will do (tokenizers)."""
+    cluster: ControllerClient = request.app.state.cluster
+    unknown_fields: UnknownFieldLog = request.app.state.unknown_fields
+    unknown_fields.note(endpoint, body)
+    router = cluster.get(str(getattr(body, "model")))
+    check_model_access(request_context(request).key, router.config.ids)
+    if task is not None and router.config.task != task:
+        raise BadRequestError(
+            f"Model `{router.config.name}` serves {_TASK_ENDPOINTS[router.config.task]}, "
+            f"not {_TASK_ENDPOINTS[task]}.",
+            param="model",
+        )
+    unsupported = getattr(body, "unsupported_fields", lambda: [])()
+    if unsupported:
+        raise UnsupportedParameterError(
+            f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",
+            param=unsupported[0],
+        )
+    return open_model(request, router)

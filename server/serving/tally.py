@@ -1,0 +1,58 @@
+"""`Tally`: the deltas of a request's sequences gathered per choice, for non-streamed bodies and
+for the usage that ends a stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.generation import Delta, TokenLogprob
+
+
+@dataclass
+class CallSoFar:
+    """A tool call assembled from its streamed pieces."""
+
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Tally:
+    """Per-choice text, tool calls, logprobs, finish reason and token counts, for non-streamed
+    bodies and usage."""
+
+    texts: dict[int, list[str]] = field(default_factory=dict)
+    finish: dict[int, str | None] = field(default_factory=dict)
+    prompt_tokens: dict[int, int] = field(default_factory=dict)
+    completion_tokens: dict[int, int] = field(default_factory=dict)
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
+    prompt_logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
+    calls: dict[int, dict[int, CallSoFar]] = field(default_factory=dict)
+
+    def add(self, index: int, delta: Delta) -> None:
+        self.texts.setdefault(index, []).append(delta.text)
+        self.prompt_tokens[index] = delta.prompt_tokens
+        self.completion_tokens[index] = delta.completion_tokens
+        if delta.finish_reason is not None:
+            self.finish[index] = delta.finish_reason
+        if delta.logprobs:
+            self.logprobs.setdefault(index, []).extend(delta.logprobs)
+        if delta.prompt_logprobs:
+            self.prompt_logprobs[index] = delta.prompt_logprobs
+        for piece in delta.tool_calls or ():
+            call = self.calls.setdefault(index, {}).setdefault(piece.index, CallSoFar())
+            call.id = piece.id or call.id
+            call.name = piece.name or call.name
+            call.arguments.append(piece.arguments)
+
+    def tool_calls(self, index: int) -> list[CallSoFar]:
+        return [c for _, c in sorted(self.calls.get(index, {}).items())]
+
+    def text(self, index: int) -> str:
+        return "".join(self.texts.get(index, []))
+
+    def usage_counts(self, samples_per_prompt: int) -> tuple[int, int]:
+        """Prompt tokens count once per prompt, however many samples were drawn from it."""
+        prompt = sum(n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0)
+        return prompt, sum(self.completion_tokens.values())
