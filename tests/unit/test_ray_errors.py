@@ -19,7 +19,9 @@ from protocol.errors import (
 def task_error(cause: BaseException) -> RayTaskError:
     """What `await actor.method.remote()` raises when the method raised `cause`: an instance of a
     class derived from both RayTaskError and the cause's class."""
-    return RayTaskError("ModelWorker.generate", "Traceback (remote)...", cause).as_instanceof_cause()
+    error = RayTaskError("ModelWorker.generate", "Traceback (remote)...", cause)  # type: ignore[no-untyped-call]
+    wrapped: RayTaskError = error.as_instanceof_cause()  # type: ignore[no-untyped-call]
+    return wrapped
 
 
 def test_a_typed_error_from_the_replica_reaches_the_client_as_itself() -> None:
@@ -72,12 +74,10 @@ def test_the_controllers_typed_errors_pass_and_others_are_500s() -> None:
 
 
 def test_raising_maps_ray_errors_and_lets_others_through() -> None:
-    with pytest.raises(ServiceUnavailableError):
-        with CONTROLLER_ERRORS.raising("controller"):
-            raise RayActorError()
-    with pytest.raises(ValueError):  # not a Ray error: not the table's business
-        with CONTROLLER_ERRORS.raising("controller"):
-            raise ValueError("local bug")
-    with pytest.raises(EngineError, match="Model `m` failed"):
-        with REPLICA_ERRORS.raising("m"):
-            raise task_error(RuntimeError("x"))
+    with pytest.raises(ServiceUnavailableError), CONTROLLER_ERRORS.raising("controller"):
+        raise RayActorError()
+    # Not a Ray error: not the table's business.
+    with pytest.raises(ValueError), CONTROLLER_ERRORS.raising("controller"):
+        raise ValueError("local bug")
+    with pytest.raises(EngineError, match="Model `m` failed"), REPLICA_ERRORS.raising("m"):
+        raise task_error(RuntimeError("x"))
