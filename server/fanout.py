@@ -6,46 +6,26 @@ sequence takes the direct path: no task, no queue, nothing added to its latency.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
+from backends.streams import Pump
 from protocol.generation import Delta
-
-_END = object()
 
 
 async def merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
-    """Interleave streams as their deltas arrive, tagged with the stream's index."""
+    """Interleave streams as their deltas arrive, tagged with the stream's index. The first error
+    of any stream is raised; closing the merged stream closes every stream (`Pump`)."""
     if len(streams) == 1:
         async for delta in streams[0]:
             yield 0, delta
         return
-    queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+    async with Pump[tuple[int, Delta]]() as pump:
+        for index, stream in enumerate(streams):
+            pump.add(_tagged(index, stream))
+        async for item in pump:
+            yield item
 
-    async def drain(index: int, stream: AsyncIterator[Delta]) -> None:
-        try:
-            async for delta in stream:
-                queue.put_nowait((index, delta))
-            queue.put_nowait((index, _END))
-        except Exception as exc:
-            queue.put_nowait((index, exc))
 
-    tasks = [asyncio.create_task(drain(i, s)) for i, s in enumerate(streams)]
-    try:
-        open_streams = len(streams)
-        while open_streams:
-            index, item = await queue.get()
-            if item is _END:
-                open_streams -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                assert isinstance(item, Delta)
-                yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+async def _tagged(index: int, stream: AsyncIterator[Delta]) -> AsyncIterator[tuple[int, Delta]]:
+    async for delta in stream:
+        yield index, delta

@@ -7,8 +7,9 @@ ends the stream. Keep-alive pings are SSE comments (`: ping`, every `--sse-ping-
 silence), which the openai SDK ignores; an empty `data:` event would break it.
 
 Frames that are ready together leave in one socket write: a producer task drains the payload
-stream into a queue (a Ray batch of deltas arrives without a pause in between) and the response
-body joins whatever is queued into one `bytes` item, which sse-starlette sends as it is. One write
+stream into a queue (`backends.streams.Pump`; a Ray batch of deltas arrives without a pause in
+between) and the response body joins whatever is queued into one `bytes` item, which sse-starlette
+sends as it is. One write
 per frame cost about twice the time per frame (bench/: gateway-alone rows); joining adds no wait,
 since nothing is ever held back for company. sse-starlette still owns pings, disconnect detection
 and the shutdown drain.
@@ -16,8 +17,6 @@ and the shutdown drain.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from backends.streams import Pump
 from protocol.errors import EngineError, OpenAIError
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 PING_SECONDS = 15
 
 _DONE_FRAME = b"data: [DONE]\n\n"
-_END = b""
 
 
 def _frame(payload: str) -> bytes:
@@ -55,37 +54,26 @@ async def sse_response(payloads: AsyncIterator[str], request: Request | None = N
 
 
 async def _frames(first: str | None, payloads: AsyncIterator[str]) -> AsyncIterator[bytes]:
-    """Body chunks. sse-starlette cancels this on disconnect or shutdown; the `finally` then
-    cancels the producer, whose cancellation closes the payload stream (and the Ray generator)."""
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    """Body chunks: every frame queued by the time the previous write is done, joined.
+    sse-starlette cancels this on disconnect or shutdown; closing the pump then cancels the
+    producer, whose cancellation closes the payload stream (and the Ray generator)."""
+    async with Pump[bytes]() as pump:
+        pump.add(_framed(first, payloads))
+        async for frames in pump.batches():
+            yield b"".join(frames)
 
-    async def produce() -> None:
-        try:
-            if first is not None:
-                queue.put_nowait(_frame(first))
-            async for payload in payloads:
-                queue.put_nowait(_frame(payload))
-        except OpenAIError as exc:
-            queue.put_nowait(_frame(json.dumps(exc.to_body())))
-        except Exception as exc:  # after the headers, a status code can no longer be sent
-            log.exception("stream failed", exc_info=exc)
-            queue.put_nowait(_frame(json.dumps(EngineError(f"Stream failed: {exc}").to_body())))
-        queue.put_nowait(_DONE_FRAME)
-        queue.put_nowait(_END)
 
-    producer = asyncio.create_task(produce())
+async def _framed(first: str | None, payloads: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """Every SSE frame of the response: the payloads, an in-band error if the stream fails after
+    the headers are out, and `[DONE]` in every case but cancellation."""
     try:
-        while True:
-            frames = [await queue.get()]
-            while not queue.empty():
-                frames.append(queue.get_nowait())
-            body = b"".join(frames)
-            if body:
-                yield body
-            if frames[-1] is _END:
-                return
-    finally:
-        if not producer.done():
-            producer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await producer
+        if first is not None:
+            yield _frame(first)
+        async for payload in payloads:
+            yield _frame(payload)
+    except OpenAIError as exc:
+        yield _frame(json.dumps(exc.to_body()))
+    except Exception as exc:  # after the headers, a status code can no longer be sent
+        log.exception("stream failed", exc_info=exc)
+        yield _frame(json.dumps(EngineError(f"Stream failed: {exc}").to_body()))
+    yield _DONE_FRAME

@@ -15,16 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError
 
+from backends.cluster.errors import CONTROLLER_ERRORS
 from backends.cluster.route_table import RouteTable
 from backends.cluster.router import ModelRouter
-from protocol.errors import (
-    ModelLoadingError,
-    ModelNotFoundError,
-    OpenAIError,
-    ServiceUnavailableError,
-)
+from protocol.errors import ModelLoadingError, ModelNotFoundError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +117,8 @@ class ControllerClient:
 
     async def admin(self, method: str, *args: Any) -> Any:
         """Call a controller operation; its typed errors (400/404/409) reach the client as they are."""
-        try:
+        with CONTROLLER_ERRORS.raising("controller"):
             result = await getattr(self._controller, method).remote(*args)
-        except RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, OpenAIError):
-                raise type(cause)(cause.message, param=cause.param, code=cause.code) from None
-            raise OpenAIError(f"The controller failed: {cause}") from None
-        except RayActorError:
-            raise ServiceUnavailableError("The controller is restarting; please retry.") from None
         await self.refresh()  # this gateway sees its own change at once
         return result
 

@@ -20,8 +20,10 @@ from typing import Any
 
 import ray
 
+from backends.cluster.errors import ReplicaDrainingError
 from backends.engines.base import Engine, EngineStats
 from backends.engines.factory import make_engine
+from backends.streams import Pump
 from protocol.config import ModelConfig
 from protocol.generation import (
     Delta,
@@ -35,9 +37,7 @@ from protocol.generation import (
 MAX_DELTAS_PER_YIELD = 64
 DRAIN_POLL_SECONDS = 0.05
 
-
-class ReplicaDrainingError(RuntimeError):
-    """The replica is being stopped and takes no new requests; the caller should pick another."""
+__all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
 
 
 class ModelWorker:
@@ -95,38 +95,12 @@ class ModelWorker:
             self._inflight -= 1
 
     async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
-        queue: asyncio.Queue[Delta | BaseException | None] = asyncio.Queue()
-
-        async def pump() -> None:
-            try:
-                async for delta in engine.generate(request):
-                    queue.put_nowait(delta)
-                queue.put_nowait(None)
-            except Exception as exc:
-                queue.put_nowait(exc)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                batch: list[Delta] = []
-                item = await queue.get()
-                while True:
-                    if item is None or isinstance(item, BaseException):
-                        if batch:
-                            yield batch
-                        if item is None:
-                            return
-                        raise item
-                    batch.append(item)
-                    if queue.empty() or len(batch) >= MAX_DELTAS_PER_YIELD:
-                        break
-                    item = queue.get_nowait()
+        """The engine's deltas, coalesced: the first at once, then whatever queued meanwhile.
+        Cancellation (client gone -> ray.cancel) closes the pump, which closes the engine stream."""
+        async with Pump[Delta]() as pump:
+            pump.add(engine.generate(request))
+            async for batch in pump.batches(MAX_DELTAS_PER_YIELD):
                 yield batch
-        finally:
-            # Cancellation (client gone -> ray.cancel) lands here and closes the engine stream.
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         engine = self._admit()

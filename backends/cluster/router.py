@@ -20,11 +20,11 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.cluster.errors import REPLICA_ERRORS
 from backends.cluster.route_table import DeploymentRoute
-from backends.cluster.replica import ReplicaDrainingError
 from protocol.admin import DeploymentState
 from protocol.config import ModelConfig
-from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
+from protocol.errors import ServiceUnavailableError
 from protocol.generation import (
     Delta,
     EmbedRequest,
@@ -42,31 +42,6 @@ class Replica:
     node_id: str = ""
     context_length: int = 0
     inflight: int = field(default=0)
-
-
-def _unwrap(exc: Exception, model: str) -> OpenAIError:
-    """Errors from a replica arrive wrapped by Ray; clients see the engine's own typed error."""
-    if isinstance(exc, RayTaskError):
-        cause = exc.cause
-        if isinstance(cause, OpenAIError):
-            return type(cause)(cause.message, param=cause.param, code=cause.code)
-        if isinstance(cause, RayActorError | ReplicaDrainingError):
-            return ServiceUnavailableError(f"No replica of `{model}` could take the request; please retry.")
-        return EngineError(f"Model `{model}` failed: {cause}")
-    if isinstance(exc, RayActorError):
-        return ServiceUnavailableError(
-            f"The replica serving `{model}` stopped while handling the request; please retry."
-        )
-    if isinstance(exc, OpenAIError):
-        return exc
-    return EngineError(f"Model `{model}` failed: {exc}")
-
-
-def _retryable(exc: Exception) -> bool:
-    """The replica refused (draining) or vanished: safe to retry if nothing was sent yet."""
-    if isinstance(exc, RayTaskError):
-        return isinstance(exc.cause, RayActorError | ReplicaDrainingError)
-    return isinstance(exc, RayActorError)
 
 
 class ModelRouter:
@@ -119,8 +94,10 @@ class ModelRouter:
                 return
             except (RayTaskError, RayActorError) as exc:
                 finished = True
-                if started or not _retryable(exc):
-                    raise _unwrap(exc, self.config.name) from None
+                mapped = REPLICA_ERRORS.map(exc, self.config.name)
+                assert mapped is not None  # the table's last rows match anything
+                if started or not mapped.retry:
+                    raise mapped.error from None
                 tried.add(replica.id)
             finally:
                 replica.inflight -= 1
@@ -136,8 +113,10 @@ class ModelRouter:
                 result: EmbedResult = await replica.actor.embed.remote(request)
                 return result
             except (RayTaskError, RayActorError) as exc:
-                if not _retryable(exc):
-                    raise _unwrap(exc, self.config.name) from None
+                mapped = REPLICA_ERRORS.map(exc, self.config.name)
+                assert mapped is not None  # the table's last rows match anything
+                if not mapped.retry:
+                    raise mapped.error from None
                 tried.add(replica.id)
             finally:
                 replica.inflight -= 1
@@ -155,8 +134,7 @@ class ModelRouter:
         replica = self._pick(set())
         replica.inflight += 1
         try:
-            return await getattr(replica.actor, method).remote(*args)
-        except (RayTaskError, RayActorError) as exc:
-            raise _unwrap(exc, self.config.name) from None
+            with REPLICA_ERRORS.raising(self.config.name):
+                return await getattr(replica.actor, method).remote(*args)
         finally:
             replica.inflight -= 1

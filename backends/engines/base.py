@@ -18,10 +18,21 @@ Engines never block the event loop: blocking libraries run in their own thread.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import dataclasses
+import math
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from protocol.errors import ContextLengthExceededError, UnsupportedParameterError
+from protocol.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    UnsupportedParameterError,
+)
 from protocol.generation import (
     Delta,
     EmbedRequest,
@@ -50,6 +61,30 @@ def completion_budget(request: GenerateRequest, n_prompt: int, context_length: i
     return wanted
 
 
+def check_token_ids(ids: Iterable[int], vocab: int, param: str) -> None:
+    """Refuse ids outside the vocabulary with a 400 naming the request field: an engine library
+    would read out of bounds (llama.cpp) or fail deep inside (vLLM) instead."""
+    if any(not 0 <= t < vocab for t in ids):
+        raise BadRequestError(f"Token ids must be in [0, {vocab}).", param=param)
+
+
+def unit_vector(vec: Sequence[float]) -> list[float]:
+    """`vec` scaled to length 1 (a zero vector stays zero): OpenAI's embeddings are unit-normalised,
+    so cosine similarity is a dot product for clients, whatever the model's pooling returns."""
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+L = TypeVar("L")
+
+
+def loaded(handle: L | None) -> L:
+    """`handle` (the engine library's object), or the error for a call before `start()` finished."""
+    if handle is None:
+        raise EngineError("engine is not loaded")
+    return handle
+
+
 @dataclass(slots=True)
 class EngineStats:
     """Counters an operator (and the cancellation tests) can read off a replica."""
@@ -62,8 +97,59 @@ class EngineStats:
     running_ids: tuple[str, ...] = ()
 
 
+@dataclass(eq=False, slots=True)
+class Running:
+    """One request inside an engine, from `Engine._running`: its cancel flag (set by `abort()`;
+    engines with a decode thread poll it) and whether the engine has produced its last delta."""
+
+    request_id: str
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    ended: bool = False
+
+
 class Engine(abc.ABC):
-    """One loaded model. Instances live inside a Ray replica actor."""
+    """One loaded model. Instances live inside a Ray replica actor.
+
+    The bookkeeping every engine needs is here, once: the counters (`stats()`), the ids of the
+    requests in flight, and `abort()`. An engine wraps each generation in `with
+    self._running(request_id) as run:` and sets `run.ended` once its last delta is out."""
+
+    def __init__(self, stats: EngineStats | None = None) -> None:
+        self._stats = stats if stats is not None else EngineStats()
+        self._requests: dict[str, Running] = {}
+
+    @contextlib.contextmanager
+    def _running(self, request_id: str) -> Iterator[Running]:
+        """Count one generation and make it abortable. It counts as aborted when its consumer
+        left (the generator was closed or cancelled) before the engine ended it; an engine error
+        is not an abort."""
+        run = Running(request_id)
+        self._requests[request_id] = run
+        self._stats.requests_total += 1
+        self._stats.running += 1
+        try:
+            yield run
+        except (GeneratorExit, asyncio.CancelledError):
+            if not run.ended:
+                self._stats.aborted_total += 1
+            raise
+        finally:
+            self._stats.running -= 1
+            if self._requests.get(request_id) is run:
+                del self._requests[request_id]
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the counters, with the ids in flight."""
+        return dataclasses.replace(self._stats, running_ids=tuple(self._requests))
+
+    async def abort(self, request_id: str) -> bool:
+        """Stop a running request: sets its cancel flag. Returns whether it was known. Engines
+        whose library keeps its own queue extend this to tell the library too."""
+        run = self._requests.get(request_id)
+        if run is None:
+            return False
+        run.cancel.set()
+        return True
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -76,10 +162,6 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         """Embed a batch; vectors come back unit-normalised."""
-
-    @abc.abstractmethod
-    async def abort(self, request_id: str) -> bool:
-        """Stop a running or queued request. Returns whether it was known."""
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         """vLLM's `/tokenize`: the ids (and their texts) the model would see for a prompt or chat."""
@@ -105,7 +187,3 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def check_health(self) -> None:
         """Raise if the engine can no longer serve."""
-
-    @abc.abstractmethod
-    def stats(self) -> EngineStats:
-        """A snapshot of the counters."""

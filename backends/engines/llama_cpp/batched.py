@@ -11,13 +11,13 @@ prompt chunks of newly admitted ones; sequences join and leave between decodes. 
 the tokens in its KV cache, and a new prompt goes to the free slot sharing the longest prefix with
 it, which is then reused (as `Llama.generate` does for its single sequence).
 
-Everything per request is `LlamaCppEngine`'s: prompt, chat template and fill-in-the-middle, the
-context-length check, the sampler (`llama_cpp_sampling.build_sampler`: logit bias, penalties,
-grammars for `response_format` and tools), and what each sampled token goes through
-(`llama_cpp_sequence.SequenceOutput`: logprobs, stop strings, UTF-8 reassembly, tool-call parsing,
-the deltas). Only the decode loop moves from one thread per request to the shared scheduler, and
-with it where the logits are: each sequence samples from, and scores, its own rows of the shared
-batch. A request's executor thread just waits for its sequence to end.
+Everything per request is shared with the one-sequence engine, as objects both hold rather than
+by inheritance: the prompt side (`model.LlamaModel`: chat template, fill-in-the-middle, the
+context-length check, the sampler with logit bias, penalties and grammars) and what each sampled
+token goes through (`sequence.SequenceOutput`: logprobs, stop strings, UTF-8 reassembly, tool-call
+parsing, the deltas). Only the decode loop differs, and with it where the logits are: each
+sequence samples from, and scores, its own rows of the shared batch. The scheduler thread feeds
+each request's stream directly (`backends.streams.ThreadFeed`); no thread waits per request.
 
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
@@ -25,16 +25,29 @@ a sequence asks for them on each prompt token it feeds, and does not reuse a cac
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.engines.base import Engine, loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
-from backends.engines.llama_cpp.engine import DEFAULT_ENGINE_KWARGS, LlamaCppEngine
+from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, decode_error
 from backends.engines.llama_cpp.sequence import SequenceOutput
-from protocol.generation import FinishReason, GenerateRequest, TokenLogprob
+from backends.streams import Pump, ThreadFeed
+from protocol.errors import BadRequestError
+from protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    FinishReason,
+    GenerateRequest,
+    TokenizeRequest,
+    TokenizeResult,
+    TokenLogprob,
+)
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
@@ -47,67 +60,90 @@ class _Sequence:
     prompt: list[int]
     sampler: sampling_lib.TokenSampler
     out: SequenceOutput
-    cancel: threading.Event
+    feed: ThreadFeed[Delta]
     # Completions `echo` + `logprobs`: score every prompt token, with this many alternatives.
     prompt_top: int | None = None
     prompt_scores: list[TokenLogprob] = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
     slot: int = -1
     fed: int = 0  # prompt tokens already in the KV cache
     next_token: int | None = None  # sampled, not yet fed back
 
+    @property
+    def cancel(self) -> threading.Event:
+        """Set by `abort()` or when the request's stream is closed."""
+        return self.feed.cancel
 
-class BatchedLlamaCppEngine(LlamaCppEngine):
+
+class BatchedLlamaCppEngine(Engine):
     def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
+        super().__init__()
         kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}
         self._n_seq = int(kwargs.pop("n_seq_max"))
         self._seq_ctx = int(kwargs.pop("n_ctx"))
         self._n_batch = int(kwargs.pop("n_batch", 512))
-        super().__init__(model_path, embedding=False, engine_kwargs={**kwargs, "n_ctx": _TOKENIZER_CTX})
-        # Request threads only wait on their sequence; the scheduler thread does the work.
-        self._executor = ThreadPoolExecutor(max_workers=4 * self._n_seq + 2, thread_name_prefix="llama-req")
+        self._model_path = model_path
+        self._kwargs = {**kwargs, "n_ctx": _TOKENIZER_CTX, "verbose": False}
         self._incoming: queue.SimpleQueue[_Sequence] = queue.SimpleQueue()
+        self._model: LlamaModel | None = None
         self._ctx: Any = None
 
     async def start(self) -> None:
-        await super().start()
         import llama_cpp
         from llama_cpp import _internals
 
+        model = await asyncio.to_thread(
+            LlamaModel.load, self._model_path, embedding=False, kwargs=self._kwargs
+        )
         # `Llama`'s own context settings (flash attention, rope, KV types...), so the numbers,
         # and with them greedy outputs, match the one-sequence engine; only the shape differs.
-        params = llama_cpp.llama_context_params.from_buffer_copy(self._llm.context_params)
+        params = llama_cpp.llama_context_params.from_buffer_copy(model.llm.context_params)
         params.n_ctx = self._seq_ctx * self._n_seq
         params.n_seq_max = self._n_seq
         params.n_batch = params.n_ubatch = self._n_batch
         params.kv_unified = False  # each sequence its own n_ctx cells: none can starve another
-        self._ctx = _internals.LlamaContext(model=self._llm._model, params=params, verbose=False)
+        self._ctx = _internals.LlamaContext(model=model.llm._model, params=params, verbose=False)
+        self._model = model
         threading.Thread(target=self._schedule, name="llama-batch", daemon=True).start()
 
     @property
     def context_length(self) -> int:
         return self._seq_ctx
 
-    def _decode_tokens(
-        self,
-        request: GenerateRequest,
-        prompt: list[int],
-        budget: int,
-        sampler: Any,
-        cancel: threading.Event,
-        emit: Any,
-    ) -> None:
-        """Runs on a request thread: hand the sequence to the scheduler, wait for its end.
+    @property
+    def _llm(self) -> Any:
+        """The `Llama` object (tokenizer, vocabulary), None before `start()`; tests read it."""
+        return None if self._model is None else self._model.llm
 
-        `sampler` stays the caller's to close (`_decode`); the scheduler stops using it before
-        it lets this thread go."""
-        out = SequenceOutput(self._llm, request, len(prompt), budget, emit, self._stats)
-        seq = _Sequence(prompt, sampler, out, cancel, prompt_top=request.sampling.prompt_logprobs)
-        self._incoming.put(seq)
-        seq.done.wait()
-        if seq.error is not None:
-            raise seq.error
+    async def check_health(self) -> None:
+        loaded(self._model)
+
+    async def count_tokens(self, text: str) -> int:
+        return await loaded(self._model).count_tokens(text)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        model = loaded(self._model)
+        return await asyncio.to_thread(model.tokenize, request, self.context_length)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return await loaded(self._model).detokenize(tokens)
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        loaded(self._model)
+        raise BadRequestError("This model does not serve embeddings.", param="model")
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        """Hand the sequence to the scheduler and relay what it emits."""
+        model = loaded(self._model)
+        job = await model.prepare(request, self.context_length)
+        with self._running(request.request_id) as run:
+            async with Pump[Delta]() as pump:
+                feed = pump.thread_feed(run.cancel)
+                out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
+                top = request.sampling.prompt_logprobs
+                self._incoming.put(_Sequence(job.prompt, job.sampler, out, feed, prompt_top=top))
+                async for delta in pump:
+                    yield delta
+                run.ended = True
 
     # -- the scheduler thread --------------------------------------------------------------
 
@@ -152,7 +188,7 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
             self._fail(seq, exc)
             return True
         if ended:
-            self._release(seq)
+            self._end(seq)
         else:
             seq.next_token = token
         return ended
@@ -161,7 +197,7 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
         """Score a prompt chunk just decoded (rows `first_row ..`). Returns False if it failed,
         which ends this sequence only."""
         assert seq.prompt_top is not None
-        llm, ctx = self._llm, self._ctx.ctx
+        llm, ctx = loaded(self._model).llm, self._ctx.ctx
         try:
             if start == 0:
                 seq.prompt_scores.append(sampling_lib.unpredicted(llm, seq.prompt[0]))
@@ -249,16 +285,16 @@ class BatchedLlamaCppEngine(LlamaCppEngine):
 
     def _finish(self, seq: _Sequence, reason: FinishReason) -> None:
         seq.out.finish(reason)
-        self._release(seq)
+        self._end(seq)
 
     def _fail(self, seq: _Sequence, exc: BaseException) -> None:
-        seq.error = exc  # `_decode` reports it as an EngineError on the request's stream
-        self._release(seq)
+        self._end(seq, decode_error(exc))
 
     @staticmethod
-    def _release(seq: _Sequence) -> None:
-        """The scheduler is done with `seq`: its request thread may return (and close the sampler)."""
-        seq.done.set()
+    def _end(seq: _Sequence, error: BaseException | None = None) -> None:
+        """The scheduler is done with `seq`: free its sampler, end (or fail) its stream."""
+        seq.sampler.close()
+        seq.feed.close(error)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,7 +1,7 @@
 """What both llama.cpp engines do with each token they sample for one sequence.
 
-The one-sequence engine (`llama_cpp_engine.py`) and the batched one (`llama_cpp_batched.py`)
-differ only in how they decode: one context per request, or one shared batch. Everything a
+The one-sequence engine (`engine.py`) and the batched one (`batched.py`) differ only in how they
+decode: one context per request, or one shared batch (the prompt side they share is `model.py`). Everything a
 sampled token then goes through is here, once, so the two cannot drift apart: end of generation,
 logprobs (from that token's own logits row), UTF-8 reassembly, stop strings, the token budget,
 tool-call parsing and the deltas.

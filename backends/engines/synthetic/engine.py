@@ -18,13 +18,11 @@ Engine kwargs (the `engine:` block of a model config):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
-import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engines.base import Engine, EngineStats
+from backends.engines.base import Engine, unit_vector
 from protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
@@ -35,6 +33,7 @@ class SyntheticEngine(Engine):
         unknown = set(engine_kwargs) - known
         if unknown:
             raise ValueError(f"unknown synthetic engine options: {sorted(unknown)}")
+        super().__init__()
         self._ttft = float(engine_kwargs.get("ttft_ms", 0)) / 1000
         self._gap = float(engine_kwargs.get("token_ms", 0)) / 1000
         self._default_tokens = int(engine_kwargs.get("default_tokens", 128))
@@ -43,9 +42,6 @@ class SyntheticEngine(Engine):
         self._fail_after = None if fail_after is None else int(fail_after)
         self._context = int(engine_kwargs.get("context_length", 4096))
         self._dims = int(engine_kwargs.get("embedding_dims", 8))
-        self._stats = EngineStats()
-        self._aborts: set[str] = set()
-        self._running_ids: set[str] = set()
 
     async def start(self) -> None:
         return None
@@ -54,18 +50,11 @@ class SyntheticEngine(Engine):
     def context_length(self) -> int:
         return self._context
 
-    def stats(self) -> EngineStats:
-        return dataclasses.replace(self._stats, running_ids=tuple(self._running_ids))
-
     async def check_health(self) -> None:
         return None
 
     async def count_tokens(self, text: str) -> int:
         return len(text.split())
-
-    async def abort(self, request_id: str) -> bool:
-        self._aborts.add(request_id)
-        return True
 
     def _prompt_tokens(self, request: GenerateRequest) -> int:
         if request.messages is not None:
@@ -100,15 +89,11 @@ class SyntheticEngine(Engine):
                 max_tokens=budget,
                 param=request.prompt_param,
             )
-        self._stats.requests_total += 1
-        self._stats.running += 1
-        self._running_ids.add(request.request_id)
-        finished = False
-        try:
+        with self._running(request.request_id) as run:
             if self._ttft:
                 await asyncio.sleep(self._ttft)
             for i in range(1, budget + 1):
-                if request.request_id in self._aborts:
+                if run.cancel.is_set():
                     break
                 if self._fail_after is not None and i > self._fail_after:
                     raise EngineError(f"synthetic engine failure after {self._fail_after} tokens")
@@ -116,20 +101,12 @@ class SyntheticEngine(Engine):
                     await asyncio.sleep(self._gap)
                 self._stats.tokens_generated_total += 1
                 yield Delta(self._text, i, n_prompt, "length" if i == budget else None)
-            finished = True
-        finally:
-            self._stats.running -= 1
-            self._running_ids.discard(request.request_id)
-            self._aborts.discard(request.request_id)
-            if not finished:
-                self._stats.aborted_total += 1
+            run.ended = True
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         vectors = []
         for item in request.inputs:
             digest = hashlib.sha256(repr(item).encode()).digest()
-            vec = [b - 127.5 for b in digest[: self._dims]]
-            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-            vectors.append([v / norm for v in vec])
+            vectors.append(unit_vector([b - 127.5 for b in digest[: self._dims]]))
         tokens = sum(len(x) if isinstance(x, list) else len(x.split()) for x in request.inputs)
         return EmbedResult(embeddings=vectors, prompt_tokens=tokens)

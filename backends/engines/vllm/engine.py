@@ -21,14 +21,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.engines import tool_calls
-from backends.engines.vllm import support as vllm_support
+from backends.engines.base import (
+    Engine,
+    EngineStats,
+    check_token_ids,
+    completion_budget,
+    loaded,
+    unit_vector,
+)
 from backends.engines.deltas import DeltaBuilder
-from backends.engines.base import Engine, EngineStats, completion_budget
+from backends.engines.vllm import support as vllm_support
 from backends.engines.vllm.support import (
     CoreCounters,
     TokenPieces,
@@ -71,6 +77,7 @@ class VllmEngine(Engine):
         engine_kwargs: dict[str, Any],
         num_gpus: float = 0.0,
     ) -> None:
+        super().__init__(VllmEngineStats())
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
@@ -81,8 +88,7 @@ class VllmEngine(Engine):
         self._context = 0
         self._vocab = 0
         self._counters = CoreCounters()
-        self._stats = VllmEngineStats()
-        self._active: set[str] = set()
+        self._restarts = 0
         self._watcher: asyncio.Task[None] | None = None
         self._failure: str | None = None  # set when the engine is gone for good
 
@@ -118,7 +124,7 @@ class VllmEngine(Engine):
             llm = self._llm
             if llm is None or not llm.errored:
                 continue
-            if self._stats.engine_restarts >= MAX_ENGINE_RESTARTS:
+            if self._restarts >= MAX_ENGINE_RESTARTS:
                 self._failure = (
                     f"The model's engine failed {MAX_ENGINE_RESTARTS + 1} times; it is not restarted again."
                 )
@@ -126,7 +132,7 @@ class VllmEngine(Engine):
                 return
             log.error("vLLM EngineCore died; starting a new engine in this replica")
             self._llm = None
-            self._stats.engine_restarts += 1
+            self._restarts += 1
             self._counters.scheduled(0, 0)
             await asyncio.to_thread(llm.shutdown)
             try:
@@ -140,12 +146,9 @@ class VllmEngine(Engine):
         if self._failure is not None:
             raise EngineError(self._failure, code="engine_dead")
         llm = self._llm
-        if llm is None:
-            if self._watcher is not None:
-                raise ServiceUnavailableError(
-                    "The model's engine is restarting after a failure; retry shortly."
-                )
-            raise EngineError("engine is not loaded")
+        if llm is None and self._watcher is not None:
+            raise ServiceUnavailableError("The model's engine is restarting after a failure; retry shortly.")
+        llm = loaded(llm)
         if llm.errored:
             raise EngineError("The model's engine has failed; retry shortly.", code="engine_dead")
         return llm
@@ -155,7 +158,10 @@ class VllmEngine(Engine):
         return self._context
 
     def stats(self) -> EngineStats:
-        snapshot = VllmEngineStats(**{f: getattr(self._stats, f) for f in _STAT_FIELDS})
+        """The shared counters plus vLLM's own view (`VllmEngineStats`)."""
+        snapshot = super().stats()
+        assert isinstance(snapshot, VllmEngineStats)
+        snapshot.engine_restarts = self._restarts
         c = self._counters
         snapshot.core_running, snapshot.core_waiting = c.running, c.waiting
         snapshot.core_peak_running = c.peak_running
@@ -186,11 +192,12 @@ class VllmEngine(Engine):
 
     async def detokenize(self, tokens: list[int]) -> str:
         self._engine()
-        self._check_ids(tokens, "tokens")
+        check_token_ids(tokens, self._vocab, "tokens")
         return str(await asyncio.to_thread(self._tokenizer.decode, tokens))
 
     async def abort(self, request_id: str) -> bool:
-        known = request_id in self._active
+        """Also tells AsyncLLM, which holds the request in its own queue and batch."""
+        known = await super().abort(request_id)
         if known and self._llm is not None:
             await self._llm.abort(request_id)
         return known
@@ -202,7 +209,7 @@ class VllmEngine(Engine):
         if request.messages is not None:
             return self._chat_ids(request.messages, request.tools)
         if isinstance(request.prompt, list):
-            self._check_ids(request.prompt, "prompt")
+            check_token_ids(request.prompt, self._vocab, "prompt")
             return list(request.prompt)
         return list(self._tokenizer.encode(request.prompt or "", add_special_tokens=True))
 
@@ -228,10 +235,6 @@ class VllmEngine(Engine):
         # The template writes the special tokens itself (as vLLM's chat endpoint does).
         return list(tok.encode(text, add_special_tokens=False))
 
-    def _check_ids(self, ids: list[int], param: str) -> None:
-        if any(not 0 <= t < self._vocab for t in ids):
-            raise BadRequestError(f"Token ids must be in [0, {self._vocab}).", param=param)
-
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -253,47 +256,38 @@ class VllmEngine(Engine):
         out = DeltaBuilder(len(ids), parser)
 
         rid = request.request_id
-        self._active.add(rid)
-        self._stats.requests_total += 1
-        self._stats.running += 1
-        finished = False
-        stream = llm.generate({"prompt_token_ids": ids}, params, rid)
-        try:
-            async with contextlib.aclosing(stream):
-                # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
-                async for result in stream:
-                    piece = result.outputs[0]
-                    if result.prompt_token_ids:
-                        out.n_prompt = len(result.prompt_token_ids)
-                    if sampling.prompt_logprobs is not None and result.prompt_logprobs:
-                        out.prompt_logprobs = token_logprobs(
-                            pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
-                        )
-                    if sampling.logprobs is not None and piece.logprobs:
-                        out.logprobs += token_logprobs(
-                            pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
-                        )
-                    out.n_out += len(piece.token_ids)
-                    self._stats.tokens_generated_total += len(piece.token_ids)
-                    finished = result.finished
-                    delta = out.delta(piece.text, _finish_reason(piece.finish_reason) if finished else None)
-                    if delta is not None:
-                        yield delta
-        except EngineDeadError:
-            finished = True
-            raise EngineError(
-                "The model's engine failed while generating; retry the request.", code="engine_dead"
-            ) from None
-        except VLLMClientError as exc:
-            finished = True
-            raise BadRequestError(
-                str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)
-            ) from None
-        finally:
-            self._active.discard(rid)
-            self._stats.running -= 1
-            if not finished:
-                self._stats.aborted_total += 1
+        with self._running(rid) as run:
+            stream = llm.generate({"prompt_token_ids": ids}, params, rid)
+            try:
+                async with contextlib.aclosing(stream):
+                    # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
+                    async for result in stream:
+                        piece = result.outputs[0]
+                        if result.prompt_token_ids:
+                            out.n_prompt = len(result.prompt_token_ids)
+                        if sampling.prompt_logprobs is not None and result.prompt_logprobs:
+                            out.prompt_logprobs = token_logprobs(
+                                pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
+                            )
+                        if sampling.logprobs is not None and piece.logprobs:
+                            out.logprobs += token_logprobs(
+                                pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
+                            )
+                        out.n_out += len(piece.token_ids)
+                        self._stats.tokens_generated_total += len(piece.token_ids)
+                        run.ended = result.finished
+                        finish = _finish_reason(piece.finish_reason) if run.ended else None
+                        delta = out.delta(piece.text, finish)
+                        if delta is not None:
+                            yield delta
+            except EngineDeadError:
+                raise EngineError(
+                    "The model's engine failed while generating; retry the request.", code="engine_dead"
+                ) from None
+            except VLLMClientError as exc:
+                raise BadRequestError(
+                    str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)
+                ) from None
 
     # -- embeddings ---------------------------------------------------------------------------
 
@@ -308,7 +302,7 @@ class VllmEngine(Engine):
                     f"Input {i} has {len(seq)} tokens; this model's maximum is {self._context}.",
                     param="input",
                 )
-            self._check_ids(seq, "input")
+            check_token_ids(seq, self._vocab, "input")
         return seqs
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
@@ -327,8 +321,7 @@ class VllmEngine(Engine):
                 final = out
             assert final is not None
             vec = [float(v) for v in final.outputs.data.tolist()]
-            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-            return [v / norm for v in vec], len(final.prompt_token_ids)
+            return unit_vector(vec), len(final.prompt_token_ids)
 
         self._stats.requests_total += 1
         try:
@@ -365,5 +358,3 @@ def _finish_reason(reason: object) -> FinishReason:
         return "stop"
     raise EngineError(f"The engine failed this request ({text}); retry it.")
 
-
-_STAT_FIELDS = tuple(VllmEngineStats.__dataclass_fields__)

@@ -1,0 +1,132 @@
+"""Ray's errors as the typed error tree (`protocol.errors`), in one table per kind of callee.
+
+A call to an actor fails in two ways Ray tells apart: the remote code raised (`RayTaskError`, whose
+`cause` is what it raised), or the actor died under the call (`RayActorError`). Clients must see
+neither: a typed error the remote raised reaches them as itself (a 400 stays a 400), a vanished
+replica as a 503 to retry, anything else as a 500 naming the model. Like httpx's
+`HTTPCORE_EXC_MAP`, each caller states this as an ordered table instead of an `isinstance` ladder;
+the router's retry rule (only when nothing was sent yet) reads the same rows.
+
+Order matters: Ray raises a `RayTaskError` as an instance of a class made to derive from the
+cause's type too, so "the remote raised" rows are tried before "Ray raised" rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ray.exceptions import RayActorError, RayTaskError
+
+from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
+
+
+class ReplicaDrainingError(RuntimeError):
+    """The replica is being stopped and takes no new requests; the caller should pick another."""
+
+
+# Where a row looks: at what the remote code raised, or at the error Ray itself raised.
+Origin = Literal["remote", "ray"]
+# Builds the client's error from (what the callee is called, the matched exception).
+Make = Callable[[str, BaseException], OpenAIError]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    origin: Origin
+    types: type[BaseException] | tuple[type[BaseException], ...]
+    make: Make
+    retry: bool = False  # safe to send again elsewhere if nothing reached the client yet
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    error: OpenAIError
+    retry: bool
+
+
+def same_error(_: str, exc: BaseException) -> OpenAIError:
+    """The remote's own typed error, rebuilt: a plain instance of its class, not Ray's
+    dual-class wrapper (whose message carries the remote traceback)."""
+    assert isinstance(exc, OpenAIError)
+    return type(exc)(exc.message, param=exc.param, code=exc.code)
+
+
+class ErrorTable:
+    """An ordered list of rows; the first that matches makes the error."""
+
+    def __init__(self, *rows: Row) -> None:
+        self.rows = rows
+
+    def map(self, exc: BaseException, subject: str) -> Mapped | None:
+        """The typed error for `exc` (a Ray error, usually), or None if no row matches."""
+        cause = exc.cause if isinstance(exc, RayTaskError) else None
+        for row in self.rows:
+            found = cause if row.origin == "remote" else exc
+            if found is not None and isinstance(found, row.types):
+                return Mapped(row.make(subject, found), row.retry)
+        return None
+
+    def error(self, exc: BaseException, subject: str) -> OpenAIError:
+        """The typed error for `exc`; an unmatched one becomes a plain 500 naming `subject`."""
+        mapped = self.map(exc, subject)
+        return mapped.error if mapped is not None else OpenAIError(f"`{subject}` failed: {exc}")
+
+    def retryable(self, exc: BaseException) -> bool:
+        mapped = self.map(exc, "")
+        return mapped is not None and mapped.retry
+
+    @contextlib.contextmanager
+    def raising(self, subject: str) -> Iterator[None]:
+        """Around one Ray call: a Ray error leaves as its typed error (httpx's `map_exceptions`)."""
+        try:
+            yield
+        except (RayTaskError, RayActorError) as exc:
+            raise self.error(exc, subject) from None
+
+
+def _itself(_: str, exc: BaseException) -> OpenAIError:
+    assert isinstance(exc, OpenAIError)
+    return exc
+
+
+def _model_failed(model: str, exc: BaseException) -> OpenAIError:
+    return EngineError(f"Model `{model}` failed: {exc}")
+
+
+# A model's replicas (`ModelWorker`), called by the router; the subject is the model's name.
+REPLICA_ERRORS = ErrorTable(
+    Row("remote", OpenAIError, same_error),
+    Row(
+        "remote",
+        (RayActorError, ReplicaDrainingError),
+        lambda model, _: ServiceUnavailableError(
+            f"No replica of `{model}` could take the request; please retry."
+        ),
+        retry=True,
+    ),
+    Row("remote", BaseException, _model_failed),
+    Row(
+        "ray",
+        RayActorError,
+        lambda model, _: ServiceUnavailableError(
+            f"The replica serving `{model}` stopped while handling the request; please retry."
+        ),
+        retry=True,
+    ),
+    Row("ray", OpenAIError, _itself),  # not a Ray error at all: already typed
+    Row("ray", BaseException, _model_failed),
+)
+
+# The controller, called by the gateway's admin routes; the subject is unused.
+CONTROLLER_ERRORS = ErrorTable(
+    Row("remote", OpenAIError, same_error),
+    Row("remote", BaseException, lambda _, cause: OpenAIError(f"The controller failed: {cause}")),
+    Row(
+        "ray",
+        RayActorError,
+        lambda _, __: ServiceUnavailableError("The controller is restarting; please retry."),
+    ),
+)

@@ -1,0 +1,83 @@
+"""`backends.cluster.errors`: Ray's errors as the typed error tree, one table per callee. Ray's
+exception classes are built here as Ray builds them (no cluster is started)."""
+
+from __future__ import annotations
+
+import pytest
+from ray.exceptions import RayActorError, RayTaskError
+
+from backends.cluster.errors import CONTROLLER_ERRORS, REPLICA_ERRORS, ReplicaDrainingError
+from protocol.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    OpenAIError,
+    ServiceUnavailableError,
+)
+
+
+def task_error(cause: BaseException) -> RayTaskError:
+    """What `await actor.method.remote()` raises when the method raised `cause`: an instance of a
+    class derived from both RayTaskError and the cause's class."""
+    error = RayTaskError("ModelWorker.generate", "Traceback (remote)...", cause)  # type: ignore[no-untyped-call]
+    wrapped: RayTaskError = error.as_instanceof_cause()  # type: ignore[no-untyped-call]
+    return wrapped
+
+
+def test_a_typed_error_from_the_replica_reaches_the_client_as_itself() -> None:
+    cause = ContextLengthExceededError("too long", param="messages")
+    mapped = REPLICA_ERRORS.map(task_error(cause), "chat")
+    assert mapped is not None and not mapped.retry
+    err = mapped.error
+    assert type(err) is ContextLengthExceededError  # a plain instance, not Ray's dual class
+    assert (err.message, err.param, err.code) == ("too long", "messages", "context_length_exceeded")
+
+
+@pytest.mark.parametrize("cause", [ReplicaDrainingError("draining"), RayActorError()])
+def test_a_replica_that_refused_or_lost_its_actor_is_a_retryable_503(cause: BaseException) -> None:
+    mapped = REPLICA_ERRORS.map(task_error(cause), "chat")
+    assert mapped is not None and mapped.retry
+    assert type(mapped.error) is ServiceUnavailableError
+    assert mapped.error.message == "No replica of `chat` could take the request; please retry."
+    assert REPLICA_ERRORS.retryable(task_error(cause))
+
+
+def test_a_replica_that_died_under_the_call_is_a_retryable_503() -> None:
+    mapped = REPLICA_ERRORS.map(RayActorError(), "chat")
+    assert mapped is not None and mapped.retry
+    assert type(mapped.error) is ServiceUnavailableError
+    assert "stopped while handling the request" in mapped.error.message
+
+
+def test_anything_else_the_replica_raised_is_an_engine_error_naming_the_model() -> None:
+    mapped = REPLICA_ERRORS.map(task_error(ZeroDivisionError("oops")), "chat")
+    assert mapped is not None and not mapped.retry
+    assert type(mapped.error) is EngineError
+    assert mapped.error.message == "Model `chat` failed: oops"
+    assert not REPLICA_ERRORS.retryable(task_error(BadRequestError("no")))
+
+
+def test_non_ray_errors_pass_or_become_engine_errors() -> None:
+    typed = BadRequestError("already typed")
+    assert REPLICA_ERRORS.error(typed, "chat") is typed
+    assert REPLICA_ERRORS.error(ValueError("x"), "chat").message == "Model `chat` failed: x"
+
+
+def test_the_controllers_typed_errors_pass_and_others_are_500s() -> None:
+    err = CONTROLLER_ERRORS.error(task_error(BadRequestError("bad spec", param="name")), "controller")
+    assert type(err) is BadRequestError and err.param == "name"
+    err = CONTROLLER_ERRORS.error(task_error(KeyError("k")), "controller")
+    assert type(err) is OpenAIError and err.message == "The controller failed: 'k'"
+    err = CONTROLLER_ERRORS.error(RayActorError(), "controller")
+    assert type(err) is ServiceUnavailableError and "restarting" in err.message
+    assert not CONTROLLER_ERRORS.retryable(RayActorError())  # admin calls are never re-sent
+
+
+def test_raising_maps_ray_errors_and_lets_others_through() -> None:
+    with pytest.raises(ServiceUnavailableError), CONTROLLER_ERRORS.raising("controller"):
+        raise RayActorError()
+    # Not a Ray error: not the table's business.
+    with pytest.raises(ValueError), CONTROLLER_ERRORS.raising("controller"):
+        raise ValueError("local bug")
+    with pytest.raises(EngineError, match="Model `m` failed"), REPLICA_ERRORS.raising("m"):
+        raise task_error(RuntimeError("x"))
