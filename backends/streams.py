@@ -90,7 +90,7 @@ class Pump(Generic[T]):
                 else:
                     queue.put_nowait(item)
             end: _End | _Failure = _END
-        except Exception as exc:  # noqa: BLE001 - the reader raises it; cancellation just ends
+        except Exception as exc:
             end = _Failure(exc)
         if bounded:
             await queue.put(end)

@@ -106,12 +106,18 @@ def build_app(config_path: Path) -> FastAPI:
     app.state.keys = keys
     app.state.metrics = metrics
     app.state.lifecycle = lifecycle
-    app.state.admission = Admission(on_change=lambda gate: metrics.set_queue(gate.name, gate.running, gate.waiting))
+    app.state.admission = Admission(
+        on_change=lambda gate: metrics.set_queue(gate.name, gate.running, gate.waiting)
+    )
     install_error_handlers(app)
     for module in (chat, completions, models):
         app.include_router(module.router)
     app.add_middleware(
-        GatewayMiddleware, keys=keys, metrics=metrics, lifecycle=lifecycle, max_body_bytes=settings.max_body_bytes
+        GatewayMiddleware,
+        keys=keys,
+        metrics=metrics,
+        lifecycle=lifecycle,
+        max_body_bytes=settings.max_body_bytes,
     )
     return app
 

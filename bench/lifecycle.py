@@ -42,8 +42,12 @@ def wait_settled(http: httpx.Client, name: str, replicas: int, timeout: float = 
 
 
 def stream_forever(url: str, stop: threading.Event, outcomes: list[bool]) -> None:
-    body = {"model": SPEC["name"], "messages": [{"role": "user", "content": "Tell me a story."}],
-            "max_tokens": 48, "stream": True}
+    body = {
+        "model": SPEC["name"],
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": 48,
+        "stream": True,
+    }
     with httpx.Client(base_url=url, timeout=120) as http:
         while not stop.is_set():
             try:
@@ -62,7 +66,9 @@ def one_round(url: str, inflight: int) -> dict[str, Any]:
         wait_settled(http, SPEC["name"], 1)
         result: dict[str, Any] = {"deploy_s": time.monotonic() - t0}
         stop, outcomes = threading.Event(), []
-        clients = [threading.Thread(target=stream_forever, args=(url, stop, outcomes)) for _ in range(inflight)]
+        clients = [
+            threading.Thread(target=stream_forever, args=(url, stop, outcomes)) for _ in range(inflight)
+        ]
         for c in clients:
             c.start()
         time.sleep(1.0 if inflight else 0)
@@ -94,8 +100,14 @@ def main() -> None:
         rounds.append(one_round(args.url, args.inflight))
         print(json.dumps(rounds[-1]))
     keys = ("deploy_s", "scale_up_s", "scale_down_s", "undeploy_s")
-    print(json.dumps({"median": {k: statistics.median(r[k] for r in rounds) for k in keys},
-                      "streams_failed": sum(r["streams_failed"] for r in rounds)}))
+    print(
+        json.dumps(
+            {
+                "median": {k: statistics.median(r[k] for r in rounds) for k in keys},
+                "streams_failed": sum(r["streams_failed"] for r in rounds),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

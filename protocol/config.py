@@ -69,9 +69,7 @@ class ModelConfig(StrictModel):
     replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
     num_cpus: float = Field(1.0, ge=0, description="Ray CPUs reserved per replica.")
     num_gpus: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica.")
-    resources: dict[str, float] = Field(
-        default_factory=dict, description="Custom Ray resources per replica."
-    )
+    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica.")
     engine: dict[str, Any] = Field(
         default_factory=dict,
         description="Engine keyword arguments: llama_cpp.Llama's (n_ctx, n_threads, n_gpu_layers) "

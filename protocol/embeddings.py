@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import base64
+import math
 import struct
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, cast
 
 from pydantic import Field, field_validator
 
 from protocol.base import RequestModel, ResponseModel
+
+
+def unit_vector(vec: Sequence[float]) -> list[float]:
+    """`vec` scaled to length 1 (a zero vector stays zero): OpenAI's embeddings are unit-normalised,
+    so cosine similarity is a dot product for clients, whatever the model's pooling returns."""
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
 
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 
@@ -37,8 +47,8 @@ class EmbeddingRequest(RequestModel):
         if isinstance(x, str):
             return [x]
         if all(isinstance(v, int) for v in x):
-            return [x]  # type: ignore[list-item]
-        return list(x)  # type: ignore[return-value]
+            return [cast(list[int], x)]
+        return cast(list[str] | list[list[int]], list(x))
 
 
 class Embedding(ResponseModel):

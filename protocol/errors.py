@@ -94,9 +94,7 @@ class ModelNotFoundError(OpenAIError):
 
     @classmethod
     def for_model(cls, model: str) -> ModelNotFoundError:
-        return cls(
-            f"The model `{model}` does not exist or you do not have access to it.", param="model"
-        )
+        return cls(f"The model `{model}` does not exist or you do not have access to it.", param="model")
 
 
 class ConflictError(OpenAIError):

@@ -99,7 +99,9 @@ def build_app(settings: Settings) -> FastAPI:
 def _log_origin(info: dict[str, Any], settings: Settings) -> None:
     """Say where the registry came from: operators otherwise wonder why a config edit did nothing."""
     if info["restored"]:
-        log.info("registry restored from %s/registry.json; %s is not used", info["state_dir"], settings.config_path)
+        log.info(
+            "registry restored from %s/registry.json; %s is not used", info["state_dir"], settings.config_path
+        )
     elif info["state_dir"] is None:
         log.info("registry not persisted (no --state-dir): changes last until the controller stops")
     if settings.state_dir is not None and str(settings.state_dir) != info["state_dir"]:
@@ -108,4 +110,6 @@ def _log_origin(info: dict[str, Any], settings: Settings) -> None:
             info["state_dir"],
             settings.state_dir,
         )
-    log.info("controller on node %s holds: %s", info["node_id"][:12], ", ".join(info["deployments"]) or "nothing")
+    log.info(
+        "controller on node %s holds: %s", info["node_id"][:12], ", ".join(info["deployments"]) or "nothing"
+    )

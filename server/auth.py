@@ -83,7 +83,9 @@ def _entry_to_key(entry: KeyEntry) -> ApiKey:
         name=entry.name or f"key#{digest.hex()[:8]}",
         digest=digest,
         models=None if entry.models is None else frozenset(entry.models),
-        bucket=None if rpm is None else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm)),
+        bucket=None
+        if rpm is None
+        else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm)),
     )
 
 

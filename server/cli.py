@@ -114,7 +114,9 @@ def _add_operations_options(serve: argparse.ArgumentParser) -> None:
     ops.add_argument(
         "--api-keys-file",
         type=Path,
-        default=Path(os.environ["RAYGATE_API_KEYS_FILE"]) if os.environ.get("RAYGATE_API_KEYS_FILE") else None,
+        default=Path(os.environ["RAYGATE_API_KEYS_FILE"])
+        if os.environ.get("RAYGATE_API_KEYS_FILE")
+        else None,
         help="YAML file of keys with optional per-key models and requests_per_minute "
         "(env RAYGATE_API_KEYS_FILE)",
     )

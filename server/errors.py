@@ -73,7 +73,7 @@ async def _on_http_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=exc)
+    log.error("unhandled error", exc_info=exc)
     return error_response(OpenAIError("The server had an error while processing your request."))
 
 

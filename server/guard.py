@@ -170,4 +170,3 @@ def open_model(request: Request, router: ModelRouter) -> ModelHandle:
         raise
     ctx.on_close(ticket.release)
     return ModelHandle(router, ctx, ticket, metrics, state.settings)
-

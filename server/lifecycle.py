@@ -79,7 +79,9 @@ class DrainingServer(uvicorn.Server):
         if self.lifecycle.draining or not self.started:
             super().handle_exit(sig, frame)  # second signal, or not serving yet: stop now
             return
-        log.info("%s received: draining (up to %.0f s)", signal.Signals(sig).name, self.lifecycle.drain_timeout_s)
+        log.info(
+            "%s received: draining (up to %.0f s)", signal.Signals(sig).name, self.lifecycle.drain_timeout_s
+        )
         self.lifecycle.begin_drain()
 
     async def on_tick(self, counter: int) -> bool:

@@ -13,12 +13,74 @@ from aioprometheus import Counter, Gauge, Histogram, Registry, render
 from backends.cluster.router import ModelRouter
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so the histograms line up with its dashboards.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+TPOT_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 PREFIX = "raygate:"
 
@@ -27,33 +89,53 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = Registry()
         r = self.registry
-        self.ttft = Histogram(f"{PREFIX}time_to_first_token_seconds",
-                              "Seconds from arrival to the first token, queue time included.",
-                              registry=r, buckets=TTFT_BUCKETS)
-        self.tpot = Histogram(f"{PREFIX}time_per_output_token_seconds",
-                              "Mean seconds between output tokens after the first, per sequence.",
-                              registry=r, buckets=TPOT_BUCKETS)
-        self.e2e = Histogram(f"{PREFIX}e2e_request_latency_seconds",
-                             "Seconds from arrival to the last token of a sequence.",
-                             registry=r, buckets=LATENCY_BUCKETS)
-        self.queue_time = Histogram(f"{PREFIX}request_queue_time_seconds",
-                                    "Seconds a request waited in the gateway for a running slot.",
-                                    registry=r, buckets=LATENCY_BUCKETS)
+        self.ttft = Histogram(
+            f"{PREFIX}time_to_first_token_seconds",
+            "Seconds from arrival to the first token, queue time included.",
+            registry=r,
+            buckets=TTFT_BUCKETS,
+        )
+        self.tpot = Histogram(
+            f"{PREFIX}time_per_output_token_seconds",
+            "Mean seconds between output tokens after the first, per sequence.",
+            registry=r,
+            buckets=TPOT_BUCKETS,
+        )
+        self.e2e = Histogram(
+            f"{PREFIX}e2e_request_latency_seconds",
+            "Seconds from arrival to the last token of a sequence.",
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.queue_time = Histogram(
+            f"{PREFIX}request_queue_time_seconds",
+            "Seconds a request waited in the gateway for a running slot.",
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
         self.prompt_tokens = Counter(f"{PREFIX}prompt_tokens_total", "Prompt tokens processed.", registry=r)
         self.generation_tokens = Counter(f"{PREFIX}generation_tokens_total", "Tokens generated.", registry=r)
-        self.success = Counter(f"{PREFIX}request_success_total",
-                               "Sequences that finished, by finish reason.", registry=r)
-        self.http_requests = Counter(f"{PREFIX}http_requests_total",
-                                     "HTTP requests by endpoint, status code and model.", registry=r)
-        self.rejected = Counter(f"{PREFIX}requests_rejected_total",
-                                "Requests refused before reaching an engine, by reason.", registry=r)
-        self.running = Gauge(f"{PREFIX}num_requests_running",
-                             "Requests handed to the model's replicas.", registry=r)
-        self.waiting = Gauge(f"{PREFIX}num_requests_waiting",
-                             "Requests queued in the gateway for a running slot.", registry=r)
+        self.success = Counter(
+            f"{PREFIX}request_success_total", "Sequences that finished, by finish reason.", registry=r
+        )
+        self.http_requests = Counter(
+            f"{PREFIX}http_requests_total", "HTTP requests by endpoint, status code and model.", registry=r
+        )
+        self.rejected = Counter(
+            f"{PREFIX}requests_rejected_total",
+            "Requests refused before reaching an engine, by reason.",
+            registry=r,
+        )
+        self.running = Gauge(
+            f"{PREFIX}num_requests_running", "Requests handed to the model's replicas.", registry=r
+        )
+        self.waiting = Gauge(
+            f"{PREFIX}num_requests_waiting", "Requests queued in the gateway for a running slot.", registry=r
+        )
         self.replicas_ready = Gauge(f"{PREFIX}replicas_ready", "Replicas in rotation per model.", registry=r)
-        self.replica_restarts = Counter(f"{PREFIX}replica_restarts_total",
-                                        "Replicas replaced after their actor died.", registry=r)
+        self.replica_restarts = Counter(
+            f"{PREFIX}replica_restarts_total", "Replicas replaced after their actor died.", registry=r
+        )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)
 
     def set_queue(self, model: str, running: int, waiting: int) -> None:

@@ -135,12 +135,19 @@ class GatewayMiddleware:
         if access_log.isEnabledFor(level):
             access_log.log(
                 level,
-                '%s %s %d %.1fms model=%s key=%s',
-                scope["method"], scope["path"], status, seconds * 1000, ctx.model or "-",
+                "%s %s %d %.1fms model=%s key=%s",
+                scope["method"],
+                scope["path"],
+                status,
+                seconds * 1000,
+                ctx.model or "-",
                 ctx.key.name if ctx.key else "-",
                 extra={
-                    "method": scope["method"], "path": scope["path"], "status": status,
-                    "duration_ms": round(seconds * 1000, 1), "model": ctx.model,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 1),
+                    "model": ctx.model,
                     "key_name": ctx.key.name if ctx.key else None,
                 },
             )

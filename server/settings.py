@@ -1,6 +1,6 @@
 """Process settings for `raygate serve`: where to listen, which models, which Ray cluster, and how
-the gateway is operated (keys, limits, timeouts, shutdown), and where the registry is persisted. Every field has a CLI flag and an
-environment variable (server/cli.py)."""
+the gateway is operated (keys, limits, timeouts, shutdown), and where the registry is persisted.
+Every field has a CLI flag and an environment variable (server/cli.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from backends.cluster.state_file import StateFileError, load_specs, state_file
+from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.

@@ -51,12 +51,20 @@ def test_list_shows_every_replica_with_state_and_node(gateway: GatewayProcess) -
     ("spec", "fragments", "param"),
     [
         (chat_spec("bad-backend", backend="tensorflow"), ["backend", "llama_cpp"], "backend"),
-        (embed_spec("bad-file", source={"path": "/nonexistent/x.gguf"}), ["Model file not found: /nonexistent/x.gguf"], "source"),
+        (
+            embed_spec("bad-file", source={"path": "/nonexistent/x.gguf"}),
+            ["Model file not found: /nonexistent/x.gguf"],
+            "source",
+        ),
         (embed_spec("bad-relative", source={"path": "models/x.gguf"}), ["must be absolute"], "source"),
         (embed_spec("bad-cpus", num_cpus=512), ["Impossible resources", "'CPU': 512.0"], "resources"),
         (embed_spec("bad-custom", resources={"tpu-v9": 1}), ["Impossible resources", "tpu-v9"], "resources"),
         (embed_spec(CHAT_MODEL), ["already exists"], "name"),
-        (embed_spec("bad-alias", aliases=["smollm2"]), ["`smollm2` is already served by", CHAT_MODEL], "aliases"),
+        (
+            embed_spec("bad-alias", aliases=["smollm2"]),
+            ["`smollm2` is already served by", CHAT_MODEL],
+            "aliases",
+        ),
         (embed_spec("bad-key", replica=2), ["replica"], "replica"),
         (embed_spec("bad-replicas", replicas=0), ["replicas"], "replicas"),
     ],
@@ -74,7 +82,9 @@ def test_bad_deploy_is_400_and_leaves_registry_unchanged(
 
 def test_bad_scale_update_and_undeploy(gateway: GatewayProcess) -> None:
     url = gateway.url
-    assert_error(httpx.patch(f"{url}/admin/deployments/nope", json={"replicas": 2}), 404, "no deployment named `nope`")
+    assert_error(
+        httpx.patch(f"{url}/admin/deployments/nope", json={"replicas": 2}), 404, "no deployment named `nope`"
+    )
     assert_error(httpx.patch(f"{url}/admin/deployments/{EMBED_MODEL}", json={"replicas": 0}), 400, "replicas")
     assert_error(httpx.delete(f"{url}/admin/deployments/nope"), 404, "nope")
     renamed = embed_spec("other-name", source={"path": MINILM_PATH})
@@ -90,7 +100,10 @@ def test_deploy_serve_scale_undeploy_with_streams_throughout(gateway: GatewayPro
     assert r.json()["state"] == "loading" and r.json()["replicas"][0]["state"] == "loading"
 
     # Known but not loaded yet: 503 + Retry-After, not 404; and not listed as available.
-    early = httpx.post(f"{base_url}/chat/completions", json={"model": "lc-api", "messages": [{"role": "user", "content": "hi"}]})
+    early = httpx.post(
+        f"{base_url}/chat/completions",
+        json={"model": "lc-api", "messages": [{"role": "user", "content": "hi"}]},
+    )
     err = assert_error(early, 503, "loading")
     assert err["code"] == "model_loading" and int(early.headers["retry-after"]) >= 1
     assert name not in {m["id"] for m in httpx.get(f"{base_url}/models").json()["data"]}
@@ -107,7 +120,9 @@ def test_deploy_serve_scale_undeploy_with_streams_throughout(gateway: GatewayPro
         print(f"scale 1->2: {time.monotonic() - t1:.1f}s")
         before = replica_stats(name)
         streams.wait_for(8)
-        served = [a.requests_total - b.requests_total for a, b in zip(replica_stats(name), before, strict=True)]
+        served = [
+            a.requests_total - b.requests_total for a, b in zip(replica_stats(name), before, strict=True)
+        ]
         assert len(served) == 2 and min(served) >= 1, served  # the new replica takes traffic
 
         t2 = time.monotonic()
@@ -147,7 +162,9 @@ def test_update_rolls_to_a_new_spec_and_a_broken_one_keeps_the_old(
 
     # Engine change: a new replica loads, then the old one drains.
     new_engine = {"n_ctx": 256, "n_batch": 256, "n_ubatch": 256}
-    r = httpx.put(f"{url}/admin/deployments/{name}", json=embed_spec(name, aliases=["lc-upd"], engine=new_engine))
+    r = httpx.put(
+        f"{url}/admin/deployments/{name}", json=embed_spec(name, aliases=["lc-upd"], engine=new_engine)
+    )
     assert r.status_code == 202 and r.json()["updating"] is True
     busy = httpx.patch(f"{url}/admin/deployments/{name}", json={"replicas": 2})
     assert assert_error(busy, 409, "being updated")["code"] == "conflict"
@@ -167,7 +184,9 @@ def test_update_rolls_to_a_new_spec_and_a_broken_one_keeps_the_old(
     assert httpx.delete(f"{url}/admin/deployments/{name}").status_code == 200
 
 
-def test_dead_replica_is_replaced_then_reported_failed(gateway: GatewayProcess, client: openai.OpenAI) -> None:
+def test_dead_replica_is_replaced_then_reported_failed(
+    gateway: GatewayProcess, client: openai.OpenAI
+) -> None:
     url, name = gateway.url, "lc-crash"
     assert httpx.post(f"{url}/admin/deployments", json=embed_spec(name, max_restarts=1)).status_code == 202
     wait_deployment(url, name, settled_ready(1))

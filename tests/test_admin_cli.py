@@ -11,8 +11,21 @@ from tests.support.gateway import GatewayProcess
 def test_cli_lifecycle_with_streams_throughout(gateway: GatewayProcess) -> None:
     url, name = gateway.url, "lc-cli"
     r = raygate(
-        "deploy", name, "--package", SMOLLM["package"], "--file", SMOLLM["file"], "--alias", "lc-c",
-        "--num-cpus", "0.25", "--engine", "n_ctx=1024", "--engine", "n_threads=1", url=url,
+        "deploy",
+        name,
+        "--package",
+        SMOLLM["package"],
+        "--file",
+        SMOLLM["file"],
+        "--alias",
+        "lc-c",
+        "--num-cpus",
+        "0.25",
+        "--engine",
+        "n_ctx=1024",
+        "--engine",
+        "n_threads=1",
+        url=url,
     )
     assert r.returncode == 0, r.stderr
     assert "loading" in r.stderr and "ready" in r.stderr  # progress while the model loads

@@ -79,7 +79,10 @@ def test_max_completion_tokens_is_honoured(client: openai.OpenAI) -> None:
 def test_greedy_is_deterministic_and_seed_repeats(client: openai.OpenAI) -> None:
     def ask(**kw: object) -> str:
         out = client.chat.completions.create(
-            model=CHAT_MODEL, messages=[{"role": "user", "content": "Name three colors."}], max_tokens=20, **kw  # type: ignore[arg-type]
+            model=CHAT_MODEL,
+            messages=[{"role": "user", "content": "Name three colors."}],
+            max_tokens=20,
+            **kw,  # type: ignore[arg-type]
         )
         return out.choices[0].message.content or ""
 
@@ -91,13 +94,25 @@ def test_greedy_is_deterministic_and_seed_repeats(client: openai.OpenAI) -> None
 
 def test_stop_sequence_ends_text_without_leaking(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
-    full = client.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, max_tokens=40, temperature=0  # type: ignore[arg-type]
-    ).choices[0].message.content or ""
+    full = (
+        client.chat.completions.create(
+            model=CHAT_MODEL,
+            messages=messages,
+            max_tokens=40,
+            temperature=0,  # type: ignore[arg-type]
+        )
+        .choices[0]
+        .message.content
+        or ""
+    )
     assert "5" in full, full
     stop = "5"
     cut = client.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, max_tokens=40, temperature=0, stop=[stop]  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=messages,
+        max_tokens=40,
+        temperature=0,
+        stop=[stop],  # type: ignore[arg-type]
     ).choices[0]
     assert cut.finish_reason == "stop"
     assert cut.message.content == full[: full.index(stop)]
@@ -106,7 +121,12 @@ def test_stop_sequence_ends_text_without_leaking(client: openai.OpenAI) -> None:
 def test_stop_in_stream(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
     stream = client.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, max_tokens=40, temperature=0, stop="4", stream=True  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=messages,
+        max_tokens=40,
+        temperature=0,
+        stop="4",
+        stream=True,  # type: ignore[arg-type]
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert "4" not in text and "3" in text
@@ -114,14 +134,22 @@ def test_stop_in_stream(client: openai.OpenAI) -> None:
 
 def test_n_choices(client: openai.OpenAI) -> None:
     out = client.chat.completions.create(
-        model=CHAT_MODEL, messages=HELLO, max_tokens=6, n=2, seed=7  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=HELLO,
+        max_tokens=6,
+        n=2,
+        seed=7,  # type: ignore[arg-type]
     )
     assert [c.index for c in out.choices] == [0, 1]
     assert all(c.message.content for c in out.choices)
     assert out.usage is not None
     assert 2 <= out.usage.completion_tokens <= 12  # both choices counted, each at most 6
     stream = client.chat.completions.create(
-        model=CHAT_MODEL, messages=HELLO, max_tokens=6, n=2, stream=True  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=HELLO,
+        max_tokens=6,
+        n=2,
+        stream=True,  # type: ignore[arg-type]
     )
     finished = {c.choices[0].index for c in stream if c.choices and c.choices[0].finish_reason}
     assert finished == {0, 1}

@@ -21,7 +21,9 @@ def test_help_explains_every_option() -> None:
 def test_bad_config_fails_fast(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("models:\n  - name: x\n    sorce: {path: y.gguf}\n")
-    r = subprocess.run([str(RAYGATE), "serve", "--config", str(bad)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(RAYGATE), "serve", "--config", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2
     assert "sorce" in r.stderr
 
@@ -32,7 +34,10 @@ def test_missing_model_file_fails_with_reason(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     r = subprocess.run(
         [str(RAYGATE), "serve", "--config", str(cfg), "--port", "0"],
-        capture_output=True, text=True, timeout=180, env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
     )
     assert r.returncode != 0
     assert "Model file not found: /nonexistent/model.gguf" in r.stdout + r.stderr
@@ -41,7 +46,9 @@ def test_missing_model_file_fails_with_reason(tmp_path: Path) -> None:
 def test_embedded_ray_serves_and_exits_cleanly(tmp_path: Path) -> None:
     """No --ray-address: the gateway starts (and stops) a private single-node Ray, as `make serve` does."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    gw = start_gateway(["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")], tmp_path / "gw.log", env=env)
+    gw = start_gateway(
+        ["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")], tmp_path / "gw.log", env=env
+    )
     try:
         with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0) as client:
             assert [m.id for m in client.models.list()] == ["minilm"]

@@ -9,7 +9,9 @@ from tests.support.openapi import validate
 
 
 def test_completion_shape(client: openai.OpenAI) -> None:
-    out = client.completions.create(model=CHAT_MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt="The capital of France is", max_tokens=8, temperature=0
+    )
     body = out.model_dump(mode="json", exclude_unset=True)
     validate(body, "CreateCompletionResponse")
     assert out.id.startswith("cmpl-") and out.object == "text_completion"
@@ -20,7 +22,9 @@ def test_completion_shape(client: openai.OpenAI) -> None:
 
 
 def test_default_max_tokens_is_16(client: openai.OpenAI) -> None:
-    out = client.completions.create(model=CHAT_MODEL, prompt="Once upon a time, in a land far away,", temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt="Once upon a time, in a land far away,", temperature=0
+    )
     assert out.usage is not None and out.usage.completion_tokens <= 16
 
 
@@ -34,13 +38,17 @@ def test_token_id_prompt_matches_text_prompt(client: openai.OpenAI) -> None:
 
 
 def test_several_prompts(client: openai.OpenAI) -> None:
-    out = client.completions.create(model=CHAT_MODEL, prompt=["One, two,", "A, B,"], max_tokens=4, temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt=["One, two,", "A, B,"], max_tokens=4, temperature=0
+    )
     assert [c.index for c in out.choices] == [0, 1]
     assert all(c.text for c in out.choices)
 
 
 def test_echo(client: openai.OpenAI) -> None:
-    out = client.completions.create(model=CHAT_MODEL, prompt="Roses are red,", max_tokens=4, echo=True, temperature=0)
+    out = client.completions.create(
+        model=CHAT_MODEL, prompt="Roses are red,", max_tokens=4, echo=True, temperature=0
+    )
     assert out.choices[0].text.startswith("Roses are red,")
 
 

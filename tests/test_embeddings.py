@@ -46,7 +46,9 @@ def test_sdk_default_base64_batch_and_meaning(client: openai.OpenAI) -> None:
 
 def test_token_id_input(client: openai.OpenAI) -> None:
     # BERT WordPiece ids: [CLS]=101, "hello"=7592, "world"=2088, [SEP]=102.
-    by_ids = client.embeddings.create(model=EMBED_MODEL, input=[101, 7592, 2088, 102], encoding_format="float")
+    by_ids = client.embeddings.create(
+        model=EMBED_MODEL, input=[101, 7592, 2088, 102], encoding_format="float"
+    )
     by_text = client.embeddings.create(model=EMBED_MODEL, input="hello world", encoding_format="float")
     assert by_ids.usage.prompt_tokens == 4
     assert cosine(by_ids.data[0].embedding, by_text.data[0].embedding) == pytest.approx(1.0, abs=1e-4)

@@ -33,7 +33,9 @@ def test_unknown_model_is_404_and_sdk_raises(client: openai.OpenAI, base_url: st
     assert exc.value.code == "model_not_found"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
-    err = assert_error(post(base_url, "/embeddings", json={"model": "nope", "input": "x"}), 404, "model_not_found")
+    err = assert_error(
+        post(base_url, "/embeddings", json={"model": "nope", "input": "x"}), 404, "model_not_found"
+    )
     assert "nope" in err["message"]
 
 
@@ -91,7 +93,11 @@ def test_context_length_exceeded(client: openai.OpenAI, base_url: str) -> None:
 
 def test_wrong_task_and_unsupported_fields_are_400(base_url: str) -> None:
     assert_error(post(base_url, "/embeddings", json={"model": CHAT_MODEL, "input": "x"}), 400, param="model")
-    assert_error(post(base_url, "/chat/completions", json={"model": EMBED_MODEL, "messages": HELLO}), 400, param="model")
+    assert_error(
+        post(base_url, "/chat/completions", json={"model": EMBED_MODEL, "messages": HELLO}),
+        400,
+        param="model",
+    )
     r = post(
         base_url,
         "/chat/completions",
@@ -102,7 +108,10 @@ def test_wrong_task_and_unsupported_fields_are_400(base_url: str) -> None:
     r = post(
         base_url,
         "/chat/completions",
-        json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+        json={
+            "model": CHAT_MODEL,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        },
     )
     err = assert_error(r, 400)
     assert "image_url" in err["message"]
@@ -110,13 +119,17 @@ def test_wrong_task_and_unsupported_fields_are_400(base_url: str) -> None:
 
 def test_bad_embedding_inputs(base_url: str) -> None:
     for bad in ([], "", [[]], {"a": 1}):
-        assert_error(post(base_url, "/embeddings", json={"model": EMBED_MODEL, "input": bad}), 400, param="input")
+        assert_error(
+            post(base_url, "/embeddings", json={"model": EMBED_MODEL, "input": bad}), 400, param="input"
+        )
     assert_error(
         post(base_url, "/embeddings", json={"model": EMBED_MODEL, "input": "x", "encoding_format": "hex"}),
         400,
         param="encoding_format",
     )
-    assert_error(post(base_url, "/embeddings", json={"model": EMBED_MODEL, "input": [10**9]}), 400, param="input")
+    assert_error(
+        post(base_url, "/embeddings", json={"model": EMBED_MODEL, "input": [10**9]}), 400, param="input"
+    )
 
 
 def test_unknown_route_and_method(base_url: str) -> None:
@@ -126,6 +139,9 @@ def test_unknown_route_and_method(base_url: str) -> None:
 
 def test_unknown_fields_are_accepted(client: openai.OpenAI) -> None:
     out = client.chat.completions.create(
-        model=CHAT_MODEL, messages=HELLO, max_tokens=3, extra_body={"some_future_field": {"x": 1}}  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=HELLO,
+        max_tokens=3,
+        extra_body={"some_future_field": {"x": 1}},  # type: ignore[arg-type]
     )
     assert out.choices[0].message.content is not None

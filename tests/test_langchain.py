@@ -44,7 +44,9 @@ def test_bind_tools_round_trip(base_url: str) -> None:
         """Current weather in a city."""
         return f"18 degrees and sunny in {city}"
 
-    llm = ChatOpenAI(model=CHAT_MODEL, base_url=base_url, api_key="unused", max_tokens=60, max_retries=0, temperature=0)
+    llm = ChatOpenAI(
+        model=CHAT_MODEL, base_url=base_url, api_key="unused", max_tokens=60, max_retries=0, temperature=0
+    )
     forced = llm.bind_tools([get_weather], tool_choice="any")  # LangChain's "any" is OpenAI's "required"
     question = HumanMessage("What is the weather in Paris?")
     ai = forced.invoke([question])
@@ -69,7 +71,9 @@ def test_with_structured_output(base_url: str) -> None:
         name: str = Field(description="The person's first name")
         age: int
 
-    llm = ChatOpenAI(model=CHAT_MODEL, base_url=base_url, api_key="unused", max_tokens=60, max_retries=0, temperature=0)
+    llm = ChatOpenAI(
+        model=CHAT_MODEL, base_url=base_url, api_key="unused", max_tokens=60, max_retries=0, temperature=0
+    )
     for method in ("json_schema", "function_calling"):
         person = llm.with_structured_output(Person, method=method).invoke("Invent a person named Ada.")
         assert isinstance(person, Person) and isinstance(person.age, int), method

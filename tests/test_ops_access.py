@@ -46,8 +46,14 @@ HEADER_TRICKS: list[tuple[str, list[tuple[str, str | bytes]]]] = [
     ("key plus suffix", [("Authorization", f"Bearer {ADMIN_KEY}0")]),
     ("two spaces", [("Authorization", f"Bearer  {ADMIN_KEY}")]),
     ("trailing junk", [("Authorization", f"Bearer {ADMIN_KEY} extra")]),
-    ("two headers, good second", [("Authorization", "Bearer nope-nope-nope"), ("Authorization", f"Bearer {ADMIN_KEY}")]),
-    ("two headers, good first", [("Authorization", f"Bearer {ADMIN_KEY}"), ("Authorization", "Bearer nope-nope-nope")]),
+    (
+        "two headers, good second",
+        [("Authorization", "Bearer nope-nope-nope"), ("Authorization", f"Bearer {ADMIN_KEY}")],
+    ),
+    (
+        "two headers, good first",
+        [("Authorization", f"Bearer {ADMIN_KEY}"), ("Authorization", "Bearer nope-nope-nope")],
+    ),
     ("other header", [("X-Api-Key", ADMIN_KEY)]),
     ("api-key header", [("api-key", ADMIN_KEY)]),
     ("non-ascii", [("Authorization", f"Bearer {ADMIN_KEY}\u00e9".encode("latin-1"))]),
@@ -74,7 +80,9 @@ def test_bad_credentials_get_401_and_are_never_served(ops_gateway: GatewayProces
 
 
 def test_scheme_is_case_insensitive(ops_gateway: GatewayProcess) -> None:
-    r = httpx.post(f"{ops_gateway.url}/v1/completions", json=SYNTH_BODY, headers={"Authorization": f"bearer {ADMIN_KEY}"})
+    r = httpx.post(
+        f"{ops_gateway.url}/v1/completions", json=SYNTH_BODY, headers={"Authorization": f"bearer {ADMIN_KEY}"}
+    )
     assert r.status_code == 200
 
 
@@ -82,7 +90,9 @@ def test_model_limited_key_with_the_openai_sdk(ops_gateway: GatewayProcess) -> N
     """The `smollm-only` key reaches the real llama.cpp model, by alias or name, and nothing else."""
     before = _served()
     with openai.OpenAI(base_url=f"{ops_gateway.url}/v1", api_key=SMOLLM_KEY, max_retries=0, timeout=120) as c:
-        r = c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        r = c.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
         assert r.choices[0].message.content
         assert c.models.retrieve(REAL_MODEL).id == REAL_MODEL
         assert sorted(m.id for m in c.models.list()) == sorted([REAL_MODEL, "smollm2"])
@@ -105,7 +115,12 @@ def test_rate_limited_key_gets_429_with_retry_after(ops_gateway: GatewayProcess)
     _assert_openai_error(r, 429, "rate_limit_exceeded")
     assert 1 <= int(r.headers["retry-after"]) <= 30
     # Other keys are not affected.
-    assert httpx.get(f"{ops_gateway.url}/v1/models", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).status_code == 200
+    assert (
+        httpx.get(
+            f"{ops_gateway.url}/v1/models", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ).status_code
+        == 200
+    )
 
 
 def test_keys_never_reach_the_log(ops_gateway: GatewayProcess, admin: httpx.Client) -> None:
@@ -133,7 +148,9 @@ def test_cors(ops_gateway: GatewayProcess) -> None:
         assert denied.status_code == 400
         assert "access-control-allow-origin" not in denied.headers
         # Actual responses, errors included, carry the CORS headers so the page can read them.
-        listed = c.get("/v1/models", headers={"Origin": ALLOWED_ORIGIN, "Authorization": f"Bearer {ADMIN_KEY}"})
+        listed = c.get(
+            "/v1/models", headers={"Origin": ALLOWED_ORIGIN, "Authorization": f"Bearer {ADMIN_KEY}"}
+        )
         assert listed.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
         assert "x-request-id" in listed.headers["access-control-expose-headers"].lower()
         refused = c.get("/v1/models", headers={"Origin": ALLOWED_ORIGIN})
@@ -144,15 +161,21 @@ def test_cors(ops_gateway: GatewayProcess) -> None:
 def test_body_size_limit(admin: httpx.Client) -> None:
     before = _served()
     big = json.dumps({**SYNTH_BODY, "prompt": "a" * MAX_BODY}).encode()
-    _assert_openai_error(admin.post("/v1/completions", content=big, headers={"Content-Type": "application/json"}),
-                         413, "payload_too_large")
+    _assert_openai_error(
+        admin.post("/v1/completions", content=big, headers={"Content-Type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
 
     def chunks():  # no Content-Length: the limit is enforced while reading
         for i in range(0, len(big), 8192):
             yield big[i : i + 8192]
 
-    _assert_openai_error(admin.post("/v1/completions", content=chunks(), headers={"Content-Type": "application/json"}),
-                         413, "payload_too_large")
+    _assert_openai_error(
+        admin.post("/v1/completions", content=chunks(), headers={"Content-Type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
     assert _served() == before
     under = {**SYNTH_BODY, "prompt": "a" * (MAX_BODY - 200)}
     assert admin.post("/v1/completions", json=under).status_code == 200

@@ -45,16 +45,28 @@ def _release_namespace() -> None:
 def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> None:
     gw = start_gateway(
         [
-            "--config", str(DRAIN_CONFIG), "--ray-address", ray_address, "--ray-namespace", NAMESPACE,
-            "--drain-timeout", "4", "--api-key", KEY,
+            "--config",
+            str(DRAIN_CONFIG),
+            "--ray-address",
+            ray_address,
+            "--ray-namespace",
+            NAMESPACE,
+            "--drain-timeout",
+            "4",
+            "--api-key",
+            KEY,
         ],
         tmp_path / "drain.log",
     )
     try:
         assert len(_replicas_alive()) == 1
         # 20 tokens/s: the short stream needs ~1.5 s, the long one ~100 s.
-        short = StreamReader(gw.url, {"model": "synth-drain", "prompt": "x", "max_tokens": 30, "stream": True}, "short")
-        long = StreamReader(gw.url, {"model": "synth-drain", "prompt": "x", "max_tokens": 2000, "stream": True}, "long")
+        short = StreamReader(
+            gw.url, {"model": "synth-drain", "prompt": "x", "max_tokens": 30, "stream": True}, "short"
+        )
+        long = StreamReader(
+            gw.url, {"model": "synth-drain", "prompt": "x", "max_tokens": 2000, "stream": True}, "long"
+        )
         short.headers = long.headers = {"Authorization": f"Bearer {KEY}"}
         for s in (short, long):
             s.start()
@@ -75,7 +87,10 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
         assert httpx.get(f"{gw.url}/health", timeout=10).status_code == 200  # alive while draining
 
         short.join(30)
-        assert short.data[-1] == "[DONE]" and json.loads(short.data[-2])["choices"][0]["finish_reason"] == "length"
+        assert (
+            short.data[-1] == "[DONE]"
+            and json.loads(short.data[-2])["choices"][0]["finish_reason"] == "length"
+        )
         long.join(60)
         assert not long.is_alive(), "a stream outlived the drain"
         assert long.data[-1] == "[DONE]"

@@ -34,8 +34,12 @@ def test_disconnect_stops_the_engine_within_a_second_of_tokens(admin: httpx.Clie
             events += next(lines).startswith("data: ")
         assert any(i.startswith("leaver-1/") for i in _running_ids("synth-kill"))
     at_close = sum(s.tokens_generated_total for s in replica_stats("synth-kill"))
-    wait_for(lambda: not any(i.startswith("leaver-1/") for i in _running_ids("synth-kill")), 10,
-             0.02, "the engine to drop the request")
+    wait_for(
+        lambda: not any(i.startswith("leaver-1/") for i in _running_ids("synth-kill")),
+        10,
+        0.02,
+        "the engine to drop the request",
+    )
     after = sum(s.tokens_generated_total for s in replica_stats("synth-kill"))
     assert after - at_close < TOKENS_PER_SECOND
 
@@ -55,7 +59,9 @@ class StreamReader(threading.Thread):
     def run(self) -> None:
         headers = {**self.headers, "X-Request-Id": self.request_id}
         try:
-            with httpx.stream("POST", f"{self.url}/v1/completions", json=self.body, headers=headers, timeout=60) as r:
+            with httpx.stream(
+                "POST", f"{self.url}/v1/completions", json=self.body, headers=headers, timeout=60
+            ) as r:
                 self.status = r.status_code
                 for line in r.iter_lines():
                     if line.startswith("data: "):
@@ -67,7 +73,9 @@ class StreamReader(threading.Thread):
             self.first.set()
 
 
-def test_killed_replica_ends_its_streams_and_is_replaced(ops_gateway: GatewayProcess, admin: httpx.Client) -> None:
+def test_killed_replica_ends_its_streams_and_is_replaced(
+    ops_gateway: GatewayProcess, admin: httpx.Client
+) -> None:
     url = ops_gateway.url
     body = {"model": "synth-kill", "prompt": "x", "max_tokens": 120, "stream": True}  # 6 s each
     victim_stream, other_stream = StreamReader(url, body, "victim-1"), StreamReader(url, body, "bystander-1")
@@ -77,7 +85,11 @@ def test_killed_replica_ends_its_streams_and_is_replaced(ops_gateway: GatewayPro
     actors = replica_actors("synth-kill")
     assert len(actors) == 2
     stats = ray.get([a.stats.remote() for a in actors])
-    victim = next(a for a, st in zip(actors, stats, strict=True) if any(i.startswith("victim-1/") for i in st.running_ids))
+    victim = next(
+        a
+        for a, st in zip(actors, stats, strict=True)
+        if any(i.startswith("victim-1/") for i in st.running_ids)
+    )
     ray.kill(victim)
 
     victim_stream.join(30)
@@ -95,12 +107,16 @@ def test_killed_replica_ends_its_streams_and_is_replaced(ops_gateway: GatewayPro
 
     def replaced() -> bool:
         text = scrape(url)
-        return (metric(text, "raygate:replicas_ready", model_name="synth-kill") == 2
-                and metric(text, "raygate:replica_restarts_total", model_name="synth-kill") == 1)
+        return (
+            metric(text, "raygate:replicas_ready", model_name="synth-kill") == 2
+            and metric(text, "raygate:replica_restarts_total", model_name="synth-kill") == 1
+        )
 
     wait_for(replaced, 60, 0.5, "the replacement replica")
     new_actors = replica_actors("synth-kill")
-    assert len(new_actors) == 2 and sum(s.running for s in ray.get([a.stats.remote() for a in new_actors])) == 0
+    assert (
+        len(new_actors) == 2 and sum(s.running for s in ray.get([a.stats.remote() for a in new_actors])) == 0
+    )
 
 
 def test_ready_says_which_model_lost_its_only_replica(ops_gateway: GatewayProcess) -> None:
@@ -120,12 +136,17 @@ def test_ready_says_which_model_lost_its_only_replica(ops_gateway: GatewayProces
     assert error["code"] == "not_ready" and "synth-solo" in error["message"]
     wait_for(lambda: httpx.get(f"{url}/ready", timeout=30).status_code == 200, 60, 0.5, "/ready again")
     assert metric(scrape(url), "raygate:replica_restarts_total", model_name="synth-solo") == 1
-    r = httpx.post(f"{url}/v1/completions", json={"model": "synth-solo", "prompt": "x", "max_tokens": 2},
-                   headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    r = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": "synth-solo", "prompt": "x", "max_tokens": 2},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
     assert r.status_code == 200
 
 
-def test_engine_failure_mid_stream_leaves_the_replica_usable(admin: httpx.Client, ops_gateway: GatewayProcess) -> None:
+def test_engine_failure_mid_stream_leaves_the_replica_usable(
+    admin: httpx.Client, ops_gateway: GatewayProcess
+) -> None:
     """synth-fail raises after its 3rd token."""
     body = {"model": "synth-fail", "prompt": "x", "max_tokens": 10, "stream": True}
     with admin.stream("POST", "/v1/completions", json=body) as r:

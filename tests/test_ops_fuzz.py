@@ -25,8 +25,13 @@ EXAMPLES = int(os.environ.get("RAYGATE_FUZZ_EXAMPLES", "25"))
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
-def _fuzz(operation: schemathesis.APIOperation, mode: GenerationMode, url: str,
-          session: requests.Session, seen: dict[int, int]) -> None:
+def _fuzz(
+    operation: schemathesis.APIOperation,
+    mode: GenerationMode,
+    url: str,
+    session: requests.Session,
+    seen: dict[int, int],
+) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
         max_examples=EXAMPLES,
@@ -58,7 +63,12 @@ def _fuzz(operation: schemathesis.APIOperation, mode: GenerationMode, url: str,
 def test_fuzz_the_openapi_document(ops_gateway: GatewayProcess) -> None:
     schema = schemathesis.openapi.from_url(f"{ops_gateway.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"}
+    assert {op.path for op in operations} >= {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+    }
     seen: dict[int, int] = {}
     with requests.Session() as session:  # one session, closed: a session per call leaks sockets
         for operation in operations:

@@ -49,12 +49,16 @@ async def test_queue_overflow_gets_429_then_drains(ops_gateway: GatewayProcess) 
         assert all(r.json()["usage"]["completion_tokens"] == 20 for r in done)
         # Nothing of the refused burst reached the engine; the gauges return to 0.
         assert sum(s.requests_total for s in replica_stats("synth-queue")) - engine_before == 4
-        await asyncio.to_thread(wait_for, lambda: _gauges(url, "synth-queue") == (0, 0), 10, 0.1, "gauges at 0")
+        await asyncio.to_thread(
+            wait_for, lambda: _gauges(url, "synth-queue") == (0, 0), 10, 0.1, "gauges at 0"
+        )
         # Once drained, a burst that fits is served completely.
         again = await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(4)))
         assert [r.status_code for r in again] == [200] * 4
     text = scrape(url)
-    assert (metric(text, "raygate:requests_rejected_total", model_name="synth-queue", reason="queue_full") or 0) >= 6
+    assert (
+        metric(text, "raygate:requests_rejected_total", model_name="synth-queue", reason="queue_full") or 0
+    ) >= 6
     # Two of the first four (and two of the second burst) queued for a slot.
     assert (metric(text, "raygate:request_queue_time_seconds_count", model_name="synth-queue") or 0) >= 8
 
@@ -68,7 +72,9 @@ def test_ttft_timeout_is_504_and_aborts_the_engine(admin: httpx.Client) -> None:
     aborted = sum(s.aborted_total for s in replica_stats("synth-slow-start"))
     messages = [{"role": "user", "content": "x"}]
     for stream in (False, True):
-        r = admin.post("/v1/chat/completions", json={"model": "synth-slow-start", "messages": messages, "stream": stream})
+        r = admin.post(
+            "/v1/chat/completions", json={"model": "synth-slow-start", "messages": messages, "stream": stream}
+        )
         assert r.status_code == 504, r.text
         assert r.json()["error"]["code"] == "ttft_timeout"
     wait_for(lambda: _engine_idle("synth-slow-start"), 10, what="the engine to drop the requests")

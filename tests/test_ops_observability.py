@@ -112,12 +112,13 @@ def test_sse_keepalive_is_a_comment(ops_gateway: GatewayProcess, admin: httpx.Cl
     pings = [line for line in lines if line.startswith(":")]
     data = [line for line in lines if line.startswith("data:")]
     assert pings and set(pings) == {": ping"}
-    assert all(line[len("data:"):].strip() for line in data), "an empty data: event"
+    assert all(line[len("data:") :].strip() for line in data), "an empty data: event"
     assert data[-1] == "data: [DONE]" and len(data) == 31
     # The openai SDK reads the same stream with its pings.
     with openai.OpenAI(base_url=f"{ops_gateway.url}/v1", api_key=ADMIN_KEY, max_retries=0) as c:
         text = "".join(
-            ch.choices[0].text for ch in c.completions.create(model="synth-kill", prompt="x", max_tokens=30, stream=True)
+            ch.choices[0].text
+            for ch in c.completions.create(model="synth-kill", prompt="x", max_tokens=30, stream=True)
         )
     assert text == " tok" * 30
 
@@ -127,7 +128,9 @@ def test_grafana_dashboard_uses_exported_metrics(gateway: GatewayProcess) -> Non
 
     dashboard = json.loads((REPO / "grafana" / "raygate-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"raygate:[a-z0-9_]+", e)}
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"raygate:[a-z0-9_]+", e)
+    }
     exported = set(re.findall(r"^# TYPE (raygate:[a-z0-9_]+) ", scrape(gateway.url), re.MULTILINE))
     assert used and used <= exported, used - exported
     # Every exported metric is on the dashboard.

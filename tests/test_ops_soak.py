@@ -65,8 +65,9 @@ async def _soak(url: str, n: int, seed: int) -> Counter[str]:
     for i in range(n):
         queue.put_nowait(i)
     limits = httpx.Limits(max_connections=CONCURRENCY)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, limits=limits,
-                                 timeout=HUNG_AFTER_S) as c:
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, limits=limits, timeout=HUNG_AFTER_S
+    ) as c:
 
         async def worker() -> None:
             while not queue.empty():
@@ -94,8 +95,10 @@ async def test_soak(ops_gateway: GatewayProcess) -> None:
 
     def settled() -> bool:
         text = scrape(url)
-        gauges = (metric(text, "raygate:num_requests_running", model_name="synth"),
-                  metric(text, "raygate:num_requests_waiting", model_name="synth"))
+        gauges = (
+            metric(text, "raygate:num_requests_running", model_name="synth"),
+            metric(text, "raygate:num_requests_waiting", model_name="synth"),
+        )
         return gauges == (0, 0) and all(s.running == 0 for s in replica_stats("synth"))
 
     await asyncio.to_thread(wait_for, settled, 30, 0.2, "gauges and engines back to 0")

@@ -25,7 +25,9 @@ def test_compose_names_services_ports_and_commands() -> None:
     services = compose["services"]
     assert {"ray-head", "gateway"} <= set(services)
     head, gateway = services["ray-head"], services["gateway"]
-    assert "ray start --head" in " ".join(head["command"] if isinstance(head["command"], list) else [head["command"]])
+    assert "ray start --head" in " ".join(
+        head["command"] if isinstance(head["command"], list) else [head["command"]]
+    )
     assert "8000:8000" in [str(p) for p in gateway["ports"]]
     env = gateway["environment"]
     env = dict(e.split("=", 1) for e in env) if isinstance(env, list) else env

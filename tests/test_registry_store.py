@@ -14,7 +14,13 @@ from protocol.config import ModelConfig
 
 SPECS = [
     ModelConfig.model_validate(
-        {"name": "a", "aliases": ["x"], "source": {"path": "/m/a.gguf"}, "replicas": 2, "engine": {"n_ctx": 512}}
+        {
+            "name": "a",
+            "aliases": ["x"],
+            "source": {"path": "/m/a.gguf"},
+            "replicas": 2,
+            "engine": {"n_ctx": 512},
+        }
     ),
     ModelConfig.model_validate(
         {"name": "b", "task": "embed", "source": {"package": "p", "file": "b.gguf"}, "resources": {"side": 1}}

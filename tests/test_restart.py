@@ -46,10 +46,14 @@ def restart_env(ray_address: str, tmp_path: Path) -> Iterator[tuple[list[str], P
         pass  # already gone
 
 
-def test_registry_survives_gateway_and_controller_restarts(restart_env: tuple[list[str], Path], tmp_path: Path) -> None:
+def test_registry_survives_gateway_and_controller_restarts(
+    restart_env: tuple[list[str], Path], tmp_path: Path
+) -> None:
     args, state_dir = restart_env
     seed = tmp_path / "seed.yaml"
-    seed.write_text(f"models:\n  - name: rs-embed\n    task: embed\n    num_cpus: 0.25\n    source: {{path: {MINILM_PATH}}}\n")
+    seed.write_text(
+        f"models:\n  - name: rs-embed\n    task: embed\n    num_cpus: 0.25\n    source: {{path: {MINILM_PATH}}}\n"
+    )
     env = {**os.environ, "RAYGATE_ADMIN_KEY": ADMIN_KEY}
 
     gw = start_gateway(["--config", str(seed), "--admin-key", ADMIN_KEY, *args], tmp_path / "first.log")
@@ -96,7 +100,9 @@ def test_registry_survives_gateway_and_controller_restarts(restart_env: tuple[li
         client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=120)
         assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
         assert len(client.embeddings.create(model="rs-embed", input="back again").data[0].embedding) == 384
-        reply = client.chat.completions.create(model="rs", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+        reply = client.chat.completions.create(
+            model="rs", messages=[{"role": "user", "content": "hi"}], max_tokens=5
+        )
         assert reply.choices[0].finish_reason in ("stop", "length")
 
         # The controller dies while the gateway runs: the gateway recreates it from the file.
@@ -121,7 +127,10 @@ def test_unreadable_registry_stops_the_start_with_the_reason(tmp_path: Path) -> 
     (state_dir / "registry.json").write_text("{ half a registry")
     r = subprocess.run(
         [str(RAYGATE), "serve", "--state-dir", str(state_dir), "--port", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 2
     assert f"cannot read registry {state_dir / 'registry.json'}" in r.stderr and "delete it" in r.stderr

@@ -34,7 +34,7 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
         ray.init(
             namespace=namespace,
             include_dashboard=False,
-            num_cpus=num_cpus,
+            num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray types it int; it takes a float
             log_to_driver=True,
         )
 

@@ -24,10 +24,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from backends.cluster.deployment import Deployment
-from backends.engines.model_files import ModelFileError, resolve_model_file
 from backends.cluster.placement import check_feasible
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
+from backends.engines.model_files import ModelFileError, resolve_model_file
 from protocol.admin import DeploymentStatus, UndeployResult
 from protocol.config import ModelConfig
 from protocol.errors import BadRequestError, ConflictError, ModelNotFoundError
@@ -115,7 +115,8 @@ class Controller:
         """Return once no replica is loading (or after `timeout` s): a starting gateway waits for this."""
         self._boot()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(d.count("loading") for d in self._deployments.values()):
+        # A poll, not an event: replica states change in many places; this runs once per start.
+        while time.monotonic() < deadline and any(d.count("loading") for d in self._deployments.values()):  # noqa: ASYNC110
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         return [d.status() for d in self._deployments.values()]
 
@@ -177,8 +178,7 @@ class Controller:
     def _check_ids(self, spec: ModelConfig, replacing: str | None = None) -> None:
         if replacing is None and spec.name in self._deployments:
             raise BadRequestError(
-                f"A deployment named `{spec.name}` already exists; scale or update it, or undeploy "
-                "it first.",
+                f"A deployment named `{spec.name}` already exists; scale or update it, or undeploy it first.",
                 param="name",
                 code="model_exists",
             )

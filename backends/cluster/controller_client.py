@@ -10,6 +10,7 @@ gateway recreates it, which restores the registry from the state file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -127,9 +128,7 @@ class ControllerClient:
         gateway (an embedded Ray takes them down with it)."""
         if self._watcher is not None:
             self._watcher.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-            except asyncio.CancelledError:
-                pass
         self._routers.clear()
         self._by_id.clear()

@@ -28,8 +28,8 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from backends.cluster.placement import check_feasible
-from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from backends.cluster.replica import ModelWorker
+from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from protocol.admin import DeploymentState, DeploymentStatus, ReplicaState, ReplicaStatus
 from protocol.config import ModelConfig
 
@@ -343,13 +343,16 @@ class Deployment:
 
     async def _roll(self, spec: ModelConfig, generation: int) -> None:
         fresh = [self._start_replica(spec, generation) for _ in range(spec.replicas)]
-        while not self._closed and any(r.state == "loading" for r in fresh):
+        # A poll, not an event: replica tasks set states; polling keeps them unaware of updates.
+        while not self._closed and any(r.state == "loading" for r in fresh):  # noqa: ASYNC110
             await asyncio.sleep(UPDATE_POLL_SECONDS)
         if self._closed:
             return
         broken = [r for r in fresh if r.state != "ready"]
         if broken:
-            self.error = f"update failed, still serving the previous spec: replica {broken[0].id} {broken[0].error}"
+            self.error = (
+                f"update failed, still serving the previous spec: replica {broken[0].id} {broken[0].error}"
+            )
             await asyncio.gather(*(self._stop(r, UPDATE_DRAIN_SECONDS) for r in fresh))
             self.updating = False
             self._on_change(False)

@@ -24,9 +24,7 @@ def infeasible_reason(demand: dict[str, float], nodes: list[dict[str, Any]]) -> 
         totals = node.get("Resources", {})
         if all(totals.get(k, 0.0) >= v for k, v in demand.items()):
             return None
-    offers = sorted(
-        {str({k: node.get("Resources", {}).get(k, 0.0) for k in demand}) for node in alive}
-    )
+    offers = sorted({str({k: node.get("Resources", {}).get(k, 0.0) for k in demand}) for node in alive})
     return (
         f"no alive node in the Ray cluster can host a replica needing {demand} "
         f"(the {len(alive)} alive node(s) offer {', '.join(offers) or 'nothing'})"

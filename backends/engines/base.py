@@ -21,9 +21,8 @@ import abc
 import asyncio
 import contextlib
 import dataclasses
-import math
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -66,13 +65,6 @@ def check_token_ids(ids: Iterable[int], vocab: int, param: str) -> None:
     would read out of bounds (llama.cpp) or fail deep inside (vLLM) instead."""
     if any(not 0 <= t < vocab for t in ids):
         raise BadRequestError(f"Token ids must be in [0, {vocab}).", param=param)
-
-
-def unit_vector(vec: Sequence[float]) -> list[float]:
-    """`vec` scaled to length 1 (a zero vector stays zero): OpenAI's embeddings are unit-normalised,
-    so cosine similarity is a dot product for clients, whatever the model's pooling returns."""
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]
 
 
 L = TypeVar("L")

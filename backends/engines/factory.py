@@ -25,7 +25,11 @@ def make_engine(config: ModelConfig) -> Engine:
             engine_kwargs=config.engine,
             num_gpus=config.num_gpus,
         )
-    if config.backend == "llama_cpp" and config.task == "generate" and int(config.engine.get("n_seq_max", 1)) > 1:
+    if (
+        config.backend == "llama_cpp"
+        and config.task == "generate"
+        and int(config.engine.get("n_seq_max", 1)) > 1
+    ):
         from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 
         return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine)

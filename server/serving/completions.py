@@ -39,7 +39,7 @@ class CompletionServing(GenerationServing[CompletionRequest]):
 
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
-        prompts = body.prompts()
+        prompts: list[str | list[int]] = list(body.prompts())
         if body.echo and any(not isinstance(p, str) for p in prompts):
             raise UnsupportedParameterError("`echo` works with text prompts only.", param="echo")
         if body.echo and body.suffix is not None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 from fastapi.responses import Response
 
 from protocol.config import Task
-from protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, unit_vector
 from protocol.errors import BadRequestError
 from protocol.generation import EmbedRequest
 from server.ids import new_id
@@ -23,9 +22,7 @@ def shorten(vector: list[float], dimensions: int | None) -> list[float]:
         raise BadRequestError(
             f"`dimensions` must be at most {len(vector)} for this model.", param="dimensions"
         )
-    head = vector[:dimensions]
-    norm = math.sqrt(sum(v * v for v in head)) or 1.0
-    return [v / norm for v in head]
+    return unit_vector(vector[:dimensions])
 
 
 class EmbeddingServing(Serving[EmbeddingRequest]):

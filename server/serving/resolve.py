@@ -26,7 +26,8 @@ def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Tas
     cluster: ControllerClient = request.app.state.cluster
     unknown_fields: UnknownFieldLog = request.app.state.unknown_fields
     unknown_fields.note(endpoint, body)
-    router = cluster.get(str(getattr(body, "model")))
+    # Every body that reaches a model names it; the base model does not declare the field.
+    router = cluster.get(str(getattr(body, "model")))  # noqa: B009
     check_model_access(request_context(request).key, router.config.ids)
     if task is not None and router.config.task != task:
         raise BadRequestError(
@@ -34,7 +35,7 @@ def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Tas
             f"not {_TASK_ENDPOINTS[task]}.",
             param="model",
         )
-    unsupported = getattr(body, "unsupported_fields", lambda: [])()
+    unsupported: list[str] = getattr(body, "unsupported_fields", list)()
     if unsupported:
         raise UnsupportedParameterError(
             f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.generation import Delta, TokenLogprob
+from protocol.generation import Delta, FinishReason, TokenLogprob
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Tally:
     bodies and usage."""
 
     texts: dict[int, list[str]] = field(default_factory=dict)
-    finish: dict[int, str | None] = field(default_factory=dict)
+    finish: dict[int, FinishReason | None] = field(default_factory=dict)
     prompt_tokens: dict[int, int] = field(default_factory=dict)
     completion_tokens: dict[int, int] = field(default_factory=dict)
     logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)

@@ -68,10 +68,17 @@ def settled_ready(n: int) -> Callable[[dict[str, Any]], bool]:
     return check
 
 
-def raygate(*args: str, url: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def raygate(
+    *args: str, url: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
     """Run a `raygate` client command the way an operator would."""
     return subprocess.run(
-        [str(RAYGATE), *args, "--url", url], capture_output=True, text=True, timeout=timeout, env=env, check=False
+        [str(RAYGATE), *args, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
     )
 
 
@@ -111,7 +118,9 @@ class Streamer:
                 try:
                     stream = client.chat.completions.create(
                         model=self.model,
-                        messages=[{"role": "user", "content": f"Tell me about the number {worker * 1000 + n}."}],
+                        messages=[
+                            {"role": "user", "content": f"Tell me about the number {worker * 1000 + n}."}
+                        ],
                         max_tokens=self.max_tokens,
                         stream=True,
                     )
@@ -160,7 +169,9 @@ class OneStream:
 
     def _run(self) -> None:
         try:
-            with openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=120) as client:
+            with openai.OpenAI(
+                base_url=self.base_url, api_key="unused", max_retries=0, timeout=120
+            ) as client:
                 stream = client.chat.completions.create(
                     model=self.model,
                     messages=[{"role": "user", "content": "Count from one to one hundred."}],

@@ -63,12 +63,22 @@ class LocalCluster:
         log_path = self.root / f"{name}.log"
         log_file = log_path.open("wb")
         ports = [
-            "--dashboard-agent-listen-port", str(free_port()),
-            "--metrics-export-port", str(free_port()),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--metrics-export-port",
+            str(free_port()),
         ]
         proc = subprocess.Popen(
-            [str(RAY), "start", "--block", "--disable-usage-stats", "--temp-dir", str(self.root / name),
-             *ports, *args],
+            [
+                str(RAY),
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--temp-dir",
+                str(self.root / name),
+                *ports,
+                *args,
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -87,10 +97,21 @@ class LocalCluster:
         port = free_port()
         self._start(
             "head",
-            ["--head", "--port", str(port), "--num-cpus", str(num_cpus), "--resources", json.dumps(resources),
-             "--include-dashboard", "false",
-             "--dashboard-port", str(free_port()),
-             "--system-config", json.dumps(HEAD_SYSTEM_CONFIG)],
+            [
+                "--head",
+                "--port",
+                str(port),
+                "--num-cpus",
+                str(num_cpus),
+                "--resources",
+                json.dumps(resources),
+                "--include-dashboard",
+                "false",
+                "--dashboard-port",
+                str(free_port()),
+                "--system-config",
+                json.dumps(HEAD_SYSTEM_CONFIG),
+            ],
         )
         self.address = f"127.0.0.1:{port}"
 
@@ -112,7 +133,11 @@ class LocalCluster:
             "print(json.dumps([{'id': n['NodeID'], 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]))"
         )
         out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
             env={**os.environ, "RAY_AUTH_MODE": "disabled"},
         ).stdout
         nodes: list[dict[str, object]] = json.loads(out.strip().splitlines()[-1])

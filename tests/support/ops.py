@@ -31,14 +31,22 @@ def ops_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> I
     log_path = tmp_path_factory.mktemp("ops-gateway") / "gateway.log"
     gw = start_gateway(
         [
-            "--config", str(OPS_CONFIG),
-            "--ray-address", ray_address,
-            "--ray-namespace", OPS_NAMESPACE,  # its own controller, so its own models
-            "--api-keys-file", str(KEYS_FILE),
-            "--cors-origin", ALLOWED_ORIGIN,
-            "--max-body-bytes", str(MAX_BODY),
-            "--sse-ping-seconds", str(PING_S),
-            "--log-format", "json",
+            "--config",
+            str(OPS_CONFIG),
+            "--ray-address",
+            ray_address,
+            "--ray-namespace",
+            OPS_NAMESPACE,  # its own controller, so its own models
+            "--api-keys-file",
+            str(KEYS_FILE),
+            "--cors-origin",
+            ALLOWED_ORIGIN,
+            "--max-body-bytes",
+            str(MAX_BODY),
+            "--sse-ping-seconds",
+            str(PING_S),
+            "--log-format",
+            "json",
         ],
         log_path,
     )

@@ -50,7 +50,9 @@ class VllmDeployment:
 
     def replica(self, model: str) -> Any:
         """The one replica actor serving `model` in this gateway."""
-        names = [n for n in actor_names(self.namespace) if re.fullmatch(rf"raygate:{re.escape(model)}:\d+:.+", n)]
+        names = [
+            n for n in actor_names(self.namespace) if re.fullmatch(rf"raygate:{re.escape(model)}:\d+:.+", n)
+        ]
         assert len(names) == 1, names
         return ray.get_actor(names[0], namespace=self.namespace)
 

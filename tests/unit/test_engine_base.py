@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.engines.base import Engine, check_token_ids, loaded, unit_vector
+from backends.engines.base import Engine, check_token_ids, loaded
 from backends.engines.synthetic.engine import SyntheticEngine
+from protocol.embeddings import unit_vector
 from protocol.errors import BadRequestError, EngineError
 from protocol.generation import (
     Delta,
@@ -132,7 +133,8 @@ async def test_a_cancelled_consumer_counts_as_aborted() -> None:
             pass
 
     task = asyncio.create_task(consume())
-    while not engine.stats().running:
+    # A poll, not an event: yield to the consumer task until it is inside the engine.
+    while not engine.stats().running:  # noqa: ASYNC110
         await asyncio.sleep(0)
     task.cancel()  # lands in `await gate.wait()`
     with pytest.raises(asyncio.CancelledError):

@@ -252,8 +252,12 @@ async def test_tokenize_waits_for_a_running_slot_under_the_deadline() -> None:
         held.release()
         r = await http.post("/tokenize", json={"model": MODEL, "prompt": "x", "return_token_strs": True})
         d = await http.post("/detokenize", json={"model": MODEL, "tokens": [1, 2]})
-    assert r.status_code == 200 and r.json() == {"count": 2, "max_model_len": 64, "tokens": [1, 2],
-                                                 "token_strs": ["x", "y"]}
+    assert r.status_code == 200 and r.json() == {
+        "count": 2,
+        "max_model_len": 64,
+        "tokens": [1, 2],
+        "token_strs": ["x", "y"],
+    }
     assert d.json() == {"prompt": "xy"}
     assert app.state.admission.gates[MODEL].running == 0
 

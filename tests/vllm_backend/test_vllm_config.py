@@ -42,7 +42,7 @@ def test_model_and_runner_come_from_source_and_task(folder: Path) -> None:
 
 
 def test_source_must_be_a_model_folder(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match="no config.json"):
+    with pytest.raises(ModelFileError, match=r"no config\.json"):
         make_engine(vllm_model(tmp_path))
 
 

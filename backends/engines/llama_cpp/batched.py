@@ -164,7 +164,7 @@ class BatchedLlamaCppEngine(Engine):
             try:
                 outputs, scored = self._fill(batch, running, cached)
                 self._decode_batch(batch)
-            except Exception as exc:  # noqa: BLE001 - fail what runs, keep serving: strand no request
+            except Exception as exc:
                 for slot, seq in running.items():
                     cached[slot] = []
                     self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
@@ -184,7 +184,7 @@ class BatchedLlamaCppEngine(Engine):
         try:
             token = seq.sampler.sample(self._ctx.ctx, row)
             ended = seq.out.push(token, self._ctx.ctx, row)
-        except Exception as exc:  # noqa: BLE001 - reported to the request, not to the scheduler
+        except Exception as exc:
             self._fail(seq, exc)
             return True
         if ended:
@@ -204,7 +204,7 @@ class BatchedLlamaCppEngine(Engine):
             seq.prompt_scores += sampling_lib.score_prompt_chunk(
                 llm, ctx, seq.prompt, start, first_row, n, seq.prompt_top
             )
-        except Exception as exc:  # noqa: BLE001 - reported to the request, not to the scheduler
+        except Exception as exc:
             self._fail(seq, exc)
             return False
         if start + n == len(seq.prompt):  # complete: it goes out with the first delta
@@ -299,7 +299,7 @@ class BatchedLlamaCppEngine(Engine):
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

@@ -17,11 +17,12 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from backends.engines.base import Engine, check_token_ids, loaded, unit_vector
+from backends.engines.base import Engine, check_token_ids, loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, Prepared, decode_error
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
+from protocol.embeddings import unit_vector
 from protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from protocol.generation import (
     Delta,
@@ -105,7 +106,7 @@ class LlamaCppEngine(Engine):
         try:
             if not feed.cancel.is_set():
                 self._decode_tokens(model, request, job, feed)
-        except BaseException as exc:  # noqa: BLE001 - surfaces in the request's stream, not the thread
+        except BaseException as exc:
             error = decode_error(exc)
         finally:
             job.sampler.close()

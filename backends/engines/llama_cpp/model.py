@@ -86,7 +86,7 @@ class LlamaModel:
             )
         try:
             rendered = formatter(messages=tool_calls.render_messages(messages, tools))
-        except Exception as exc:  # noqa: BLE001 - the template's raise_exception(): bad turn order etc.
+        except Exception as exc:
             raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
         return list(
             self.llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)

@@ -14,10 +14,10 @@ from typing import Any
 
 import llama_cpp
 
-from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines import tool_calls
-from backends.engines.deltas import DeltaBuilder
 from backends.engines.base import EngineStats
+from backends.engines.deltas import DeltaBuilder
+from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.text_stream import StopMatcher, Utf8Stream
 from protocol.generation import Delta, FinishReason, GenerateRequest
 

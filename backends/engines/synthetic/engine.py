@@ -22,14 +22,23 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engines.base import Engine, unit_vector
+from backends.engines.base import Engine
+from protocol.embeddings import unit_vector
 from protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
 
 class SyntheticEngine(Engine):
     def __init__(self, engine_kwargs: dict[str, Any]) -> None:
-        known = {"ttft_ms", "token_ms", "default_tokens", "text", "fail_after", "context_length", "embedding_dims"}
+        known = {
+            "ttft_ms",
+            "token_ms",
+            "default_tokens",
+            "text",
+            "fail_after",
+            "context_length",
+            "embedding_dims",
+        }
         unknown = set(engine_kwargs) - known
         if unknown:
             raise ValueError(f"unknown synthetic engine options: {sorted(unknown)}")

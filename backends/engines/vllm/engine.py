@@ -31,7 +31,6 @@ from backends.engines.base import (
     check_token_ids,
     completion_budget,
     loaded,
-    unit_vector,
 )
 from backends.engines.deltas import DeltaBuilder
 from backends.engines.vllm import support as vllm_support
@@ -43,6 +42,7 @@ from backends.engines.vllm.support import (
     to_vllm_sampling,
     token_logprobs,
 )
+from protocol.embeddings import unit_vector
 from protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
@@ -357,4 +357,3 @@ def _finish_reason(reason: object) -> FinishReason:
     if text == "repetition":  # vLLM stopped a degenerate loop: the model chose to stop, in effect
         return "stop"
     raise EngineError(f"The engine failed this request ({text}); retry it.")
-
