@@ -43,6 +43,8 @@ class Workload:
 
 
 class HttpError(Exception):
+    """A non-200 answer from the target; its `status` becomes the request's failure class in the summary."""
+
     def __init__(self, status: str, message: str = "") -> None:
         super().__init__(message or status)
         self.status = status

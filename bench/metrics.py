@@ -74,6 +74,9 @@ def distribution_ms(values: Sequence[float]) -> dict[str, float]:
 
 @dataclass(slots=True)
 class Summary:
+    """One (target, concurrency) run reduced to vLLM's benchmark metrics: distributions over completed
+    requests only, failures counted by status."""
+
     requests: int
     completed: int
     failures: dict[str, int]

@@ -54,6 +54,9 @@ PACED_TTFT_MS = 20.0
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    """One comparison: a workload, the targets that serve it, the concurrency levels, and how many interleaved
+    rounds and requests measure each."""
+
     name: str
     workload: str
     targets: tuple[str, ...]

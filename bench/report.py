@@ -13,6 +13,9 @@ from bench import plan
 
 @dataclass(slots=True)
 class TargetRow:
+    """One of the issue's targets in the report: the goal, what was measured, and whether it was met (`None`
+    when its step did not run)."""
+
     target: str
     goal: str
     measured: str

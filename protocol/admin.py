@@ -30,6 +30,8 @@ DeploymentState = Literal["loading", "ready", "degraded", "failed"]
 
 
 class ReplicaStatus(ResponseModel):
+    """One replica as `/admin` reports it; `state` follows the replica states in the module docstring."""
+
     id: str = Field(description="Stable within the deployment, e.g. `my-model#3`.")
     state: ReplicaState
     node_id: str | None = Field(None, description="Ray node the replica runs on, once known.")
@@ -38,6 +40,9 @@ class ReplicaStatus(ResponseModel):
 
 
 class DeploymentStatus(ResponseModel):
+    """A deployment as `/admin` and `raygate list` show it: its spec (a `ModelConfig`) plus the live state,
+    ready/desired counts and replicas the controller keeps."""
+
     name: str
     state: DeploymentState
     error: str | None = Field(None, description="Why the deployment (or its last change) failed.")
@@ -50,11 +55,16 @@ class DeploymentStatus(ResponseModel):
 
 
 class DeploymentList(ResponseModel):
+    """Body of `GET /admin/deployments`: every deployment in the registry, in OpenAI's list envelope."""
+
     object: Literal["list"] = "list"
     data: list[DeploymentStatus]
 
 
 class ScaleRequest(StrictModel):
+    """Body of `PATCH /admin/deployments/{name}`: change only the replica count. Strict, as admin input is;
+    removed replicas drain first, for up to `drain_timeout` seconds."""
+
     replicas: int = Field(ge=1, le=64, description="Replicas to run from now on.")
     drain_timeout: float = Field(
         60.0, ge=0, le=3600, description="Seconds a removed replica may spend finishing its requests."
@@ -62,6 +72,8 @@ class ScaleRequest(StrictModel):
 
 
 class UndeployResult(ResponseModel):
+    """Answer to `DELETE /admin/deployments/{name}`: `drained` false means requests were cut short."""
+
     name: str
     drained: bool = Field(description="Every in-flight request finished before the replicas stopped.")
     seconds: float = Field(description="How long draining took.")

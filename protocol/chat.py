@@ -25,11 +25,17 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
 class ContentPart(RequestModel):
+    """One element of a `content` array. Any `type` parses, so an image part is refused with a 400 naming its
+    message (`ChatMessageIn.text`) rather than a validation error."""
+
     type: str
     text: str | None = None
 
 
 class ChatMessageIn(RequestModel):
+    """A chat turn as clients send it, any role OpenAI defines (`developer` and legacy `function` included);
+    becomes the engine's text-only `ChatMessage`."""
+
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -55,6 +61,9 @@ class ChatMessageIn(RequestModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    """Body of `POST /v1/chat/completions`. Permissive like every request, but the OpenAI fields no backend
+    here honours are declared, so they are refused by name (`unsupported_fields`) instead of ignored."""
+
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -146,6 +155,9 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class ChatCompletionMessage(ResponseModel):
+    """The assistant's reply in a non-streamed choice. `content` is null when the reply is only tool calls, as
+    OpenAI sends it."""
+
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
@@ -161,6 +173,9 @@ class ChatCompletionMessage(ResponseModel):
 
 
 class ChatCompletionChoice(ResponseModel):
+    """One of the `n` samples of a non-streamed chat completion; `logprobs` is set only when the request asked
+    for them."""
+
     index: int
     message: ChatCompletionMessage
     logprobs: ChoiceLogprobs | None = None
@@ -168,6 +183,8 @@ class ChatCompletionChoice(ResponseModel):
 
 
 class ChatCompletion(ResponseModel):
+    """OpenAI's `chat.completion` object, the non-streamed response; `usage` is always present."""
+
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
@@ -189,6 +206,8 @@ class ChatDelta(ResponseModel):
 
 
 class ChatChunkChoice(ResponseModel):
+    """One choice's piece of a stream chunk; `finish_reason` is set once, on that choice's last piece."""
+
     index: int
     delta: ChatDelta
     logprobs: ChoiceLogprobs | None = None
@@ -196,6 +215,9 @@ class ChatChunkChoice(ResponseModel):
 
 
 class ChatCompletionChunk(ResponseModel):
+    """One SSE event of a chat stream. `usage` is left out rather than null, except on the usage-only last
+    chunk that `stream_options.include_usage` asks for."""
+
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int

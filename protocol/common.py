@@ -11,6 +11,9 @@ MAX_LOGIT_BIAS = 300  # OpenAI's limit on the number of biased tokens
 
 
 class Usage(ResponseModel):
+    """OpenAI's `usage`: the engines' own token counts, never re-tokenised in the gateway. Build it with
+    `of()`, which keeps `total_tokens` the sum of the other two."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -25,6 +28,9 @@ class Usage(ResponseModel):
 
 
 class StreamOptions(RequestModel):
+    """OpenAI's `stream_options`: with `include_usage` a stream ends with one extra chunk whose `choices` is
+    empty and which carries the usage."""
+
     include_usage: bool = False
 
 

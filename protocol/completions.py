@@ -18,6 +18,9 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16
 
 
 class CompletionRequest(SamplingFields):
+    """Body of the legacy `POST /v1/completions`: text or token-id prompts, one or a batch. `max_tokens`
+    defaults to OpenAI's 16; `best_of` above `n` is refused."""
+
     prompt: Prompt
     max_tokens: int | None = Field(DEFAULT_COMPLETION_MAX_TOKENS, ge=1)
     echo: bool = False
@@ -63,6 +66,9 @@ class CompletionRequest(SamplingFields):
 
 
 class CompletionChoice(ResponseModel):
+    """One sample of one prompt. Choices run prompt by prompt, `n` each (index = prompt * n + sample); an
+    echoed prompt is part of `text`."""
+
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
@@ -70,6 +76,9 @@ class CompletionChoice(ResponseModel):
 
 
 class Completion(ResponseModel):
+    """A `text_completion`: the whole response and each stream chunk alike, as in OpenAI's API; `usage` is
+    left out rather than null when absent."""
+
     id: str
     object: Literal["text_completion"] = "text_completion"
     created: int

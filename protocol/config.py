@@ -61,6 +61,9 @@ class ModelLimits(StrictModel):
 
 
 class ModelConfig(StrictModel):
+    """One deployment: a `models.yaml` entry and the body of the admin deploy and update calls. Strict; `ids`
+    (name and aliases) are what clients may send as `model`."""
+
     name: str = Field(min_length=1, description="The id clients send as `model`.")
     aliases: list[str] = Field(default_factory=list, description="Other ids that reach this model.")
     backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
@@ -104,6 +107,9 @@ class ModelConfig(StrictModel):
 
 
 class GatewayConfig(StrictModel):
+    """A whole `models.yaml`: at least one model, and no id (name or alias) used twice, so every `model` a
+    client sends reaches one deployment."""
+
     models: list[ModelConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

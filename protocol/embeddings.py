@@ -24,6 +24,9 @@ EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 
 
 class EmbeddingRequest(RequestModel):
+    """Body of `POST /v1/embeddings`: text or token ids, one input or a batch. `dimensions` keeps the first d
+    components and renormalises them."""
+
     model: str = Field(min_length=1)
     input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"
@@ -52,6 +55,9 @@ class EmbeddingRequest(RequestModel):
 
 
 class Embedding(ResponseModel):
+    """One input's vector at the input's `index`: floats, or a base64 string of float32s when
+    `encoding_format` is `base64`."""
+
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
@@ -65,11 +71,15 @@ class Embedding(ResponseModel):
 
 
 class EmbeddingUsage(ResponseModel):
+    """Usage for embeddings: prompt tokens only, since nothing is generated."""
+
     prompt_tokens: int
     total_tokens: int
 
 
 class EmbeddingResponse(ResponseModel):
+    """OpenAI's list envelope for `POST /v1/embeddings`: one `Embedding` per input, in input order."""
+
     object: Literal["list"] = "list"
     data: list[Embedding]
     model: str

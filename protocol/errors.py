@@ -26,6 +26,9 @@ from typing import Any
 
 
 class OpenAIError(Exception):
+    """Base of every error a client can see: the HTTP status plus OpenAI's error body (`type`, `code`,
+    `param`). Raised as itself it is a 500; it pickles across Ray with its arguments."""
+
     status_code: int = 500
     error_type: str = "server_error"
     default_code: str | None = None
@@ -62,11 +65,16 @@ def _rebuild(cls: type[OpenAIError], message: str, param: str | None, code: str 
 
 
 class BadRequestError(OpenAIError):
+    """400: the request itself is wrong (a field's value, a combination of fields), so sending it again
+    unchanged fails again."""
+
     status_code = 400
     error_type = "invalid_request_error"
 
 
 class ContextLengthExceededError(BadRequestError):
+    """400: the prompt plus `max_tokens` exceed the model's context, found before anything is generated."""
+
     default_code = "context_length_exceeded"
 
     @classmethod
@@ -84,10 +92,15 @@ class ContextLengthExceededError(BadRequestError):
 
 
 class UnsupportedParameterError(BadRequestError):
+    """400 for an OpenAI field this gateway or the model's backend cannot honour: refused by name (`param`),
+    never silently dropped."""
+
     default_code = "unsupported_parameter"
 
 
 class ModelNotFoundError(OpenAIError):
+    """404 for a `model` no deployment answers to (name or alias), worded as OpenAI words it."""
+
     status_code = 404
     error_type = "invalid_request_error"
     default_code = "model_not_found"
@@ -106,6 +119,9 @@ class ConflictError(OpenAIError):
 
 
 class ServiceUnavailableError(OpenAIError):
+    """503: nothing is wrong with the request, but it cannot be served now (draining, no ready replica,
+    controller restarting); a retry may succeed."""
+
     status_code = 503
     error_type = "service_unavailable"
 
@@ -118,6 +134,9 @@ class ModelLoadingError(ServiceUnavailableError):
 
 
 class EngineError(OpenAIError):
+    """500 when the engine failed while serving a valid request (a crash, a dead engine process): the server's
+    fault, not the request's."""
+
     status_code = 500
     error_type = "server_error"
     default_code = "engine_error"
@@ -135,12 +154,16 @@ class AuthenticationError(OpenAIError):
 
 
 class PermissionDeniedError(OpenAIError):
+    """403: the API key is valid but its `models` list does not include the requested model."""
+
     status_code = 403
     error_type = "permission_error"
     default_code = "model_not_allowed"
 
 
 class PayloadTooLargeError(OpenAIError):
+    """413: the body is over `max_body_bytes`, judged from `Content-Length` or as a chunked body arrives."""
+
     status_code = 413
     error_type = "invalid_request_error"
     default_code = "payload_too_large"

@@ -109,6 +109,9 @@ class GenerateRequest:
 
 @dataclass(slots=True)
 class TopLogprob:
+    """One likely alternative at a token position, as an engine reports it; `token_bytes` are raw since a
+    token may hold part of a UTF-8 character."""
+
     token: str
     token_bytes: bytes
     logprob: float
@@ -185,6 +188,9 @@ class TokenizeRequest:
 
 @dataclass(slots=True)
 class TokenizeResult:
+    """What a replica returns for `/tokenize`: the ids, their text pieces, and the context length the response
+    reports as `max_model_len`."""
+
     tokens: list[int]
     token_strs: list[str]
     max_model_len: int

@@ -63,6 +63,9 @@ class TokenizeBody(RequestModel):
 
 
 class TokenizeResponse(ResponseModel):
+    """vLLM's `/tokenize` answer: the ids, their count and the model's context length; `token_strs` only when
+    `return_token_strs` asked for it."""
+
     count: int
     max_model_len: int
     tokens: list[int]
@@ -72,9 +75,13 @@ class TokenizeResponse(ResponseModel):
 
 
 class DetokenizeBody(RequestModel):
+    """vLLM's `/detokenize` body: ids from `model`'s vocabulary (an id outside it is a 400)."""
+
     model: str = Field(min_length=1)
     tokens: list[int] = Field(min_length=1)
 
 
 class DetokenizeResponse(ResponseModel):
+    """vLLM's `/detokenize` answer: the ids decoded to text, in a field named `prompt` as vLLM names it."""
+
     prompt: str

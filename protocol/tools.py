@@ -24,6 +24,9 @@ MIN_LOGPROB = -9999.0
 
 
 class FunctionDefinition(RequestModel):
+    """A function the client offers the model (`tools[].function`). The name must match OpenAI's pattern;
+    `parameters` is its arguments' JSON schema."""
+
     name: str = Field(pattern=FUNCTION_NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -31,15 +34,22 @@ class FunctionDefinition(RequestModel):
 
 
 class ToolDefinition(RequestModel):
+    """One entry of a request's `tools`; `function` is the only tool type the chat API defines."""
+
     type: Literal["function"]
     function: FunctionDefinition
 
 
 class FunctionName(RequestModel):
+    """The `function` of a named `tool_choice`; it must name an offered tool (checked in `tools_spec`)."""
+
     name: str
 
 
 class NamedToolChoice(RequestModel):
+    """A `tool_choice` that forces one function: the output is constrained so that the call is made, not
+    merely asked for."""
+
     type: Literal["function"]
     function: FunctionName
 
@@ -72,6 +82,9 @@ def tools_spec(
 
 
 class JsonSchemaFormat(RequestModel):
+    """`response_format.json_schema`. The schema arrives as `schema`, aliased because the name would shadow a
+    pydantic attribute; it constrains decoding."""
+
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
@@ -79,6 +92,9 @@ class JsonSchemaFormat(RequestModel):
 
 
 class ResponseFormat(RequestModel):
+    """OpenAI's `response_format`: free `text`, any `json_object`, or `json_schema`; both JSON kinds constrain
+    decoding through `SamplingParams.json_schema`."""
+
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -98,6 +114,9 @@ class ResponseFormat(RequestModel):
 
 
 class FunctionCallIn(RequestModel):
+    """The function of a call from an earlier assistant turn. `arguments` is JSON text, as OpenAI defines it;
+    an object is accepted too and turned into text."""
+
     name: str
     arguments: str | dict[str, Any] = ""
 
@@ -108,6 +127,9 @@ class FunctionCallIn(RequestModel):
 
 
 class ToolCallIn(RequestModel):
+    """A tool call in an assistant message sent back as history; it becomes the engine's `ToolCall` for the
+    chat template."""
+
     id: str
     type: Literal["function"] = "function"
     function: FunctionCallIn
@@ -120,17 +142,24 @@ class ToolCallIn(RequestModel):
 
 
 class FunctionCallOut(ResponseModel):
+    """The function a returned tool call invokes; `arguments` is JSON text, as OpenAI sends it."""
+
     name: str
     arguments: str
 
 
 class ToolCallOut(ResponseModel):
+    """A complete tool call in a non-streamed chat response (`message.tool_calls`)."""
+
     id: str
     type: Literal["function"] = "function"
     function: FunctionCallOut
 
 
 class FunctionCallChunk(ResponseModel):
+    """The function part of a streamed tool-call piece: `name` on the first piece only, then `arguments`
+    appended piece by piece; absent keys are left out, not null."""
+
     name: str | None = None
     arguments: str | None = None
 
@@ -157,6 +186,9 @@ def _clamp(logprob: float | None) -> float:
 
 
 class TopLogprobOut(ResponseModel):
+    """One alternative token in chat logprobs. `bytes` are raw (a token may be half a UTF-8 character); a
+    logprob is clamped to -9999, as JSON has no -Infinity."""
+
     token: str
     logprob: float
     bytes: list[int] | None
@@ -167,6 +199,9 @@ class TopLogprobOut(ResponseModel):
 
 
 class TokenLogprobOut(ResponseModel):
+    """One generated token in chat logprobs, with its `top_logprobs` alternatives (OpenAI's
+    `ChatCompletionTokenLogprob`)."""
+
     token: str
     logprob: float
     bytes: list[int] | None

@@ -28,6 +28,9 @@ _MAX_RETRY_AFTER = 60
 
 @dataclass(eq=False)
 class Ticket:
+    """One admitted request's claim on its model's gate: it waits for a running slot, and `release()` (safe to
+    call twice) frees the slot or the queue place."""
+
     gate: ModelGate
     admitted: asyncio.Future[None]
     created: float
@@ -52,6 +55,9 @@ class Ticket:
 
 @dataclass(eq=False)
 class ModelGate:
+    """One model's admission state: running and waiting counts, the FIFO of waiting tickets, and the running
+    average of durations behind `Retry-After`."""
+
     name: str
     limits: ModelLimits
     on_change: Callable[[ModelGate], None] = lambda gate: None

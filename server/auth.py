@@ -31,6 +31,9 @@ from server.settings import ConfigError
 
 
 class KeyEntry(StrictModel):
+    """One entry of the keys file. Strict, so a misspelt `models` or rate field fails at start instead of
+    silently granting more."""
+
     name: str | None = Field(None, description="Label for logs and metrics (default: digest prefix).")
     key: str = Field(min_length=8, description="The bearer token clients send.")
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
@@ -38,6 +41,9 @@ class KeyEntry(StrictModel):
 
 
 class KeysFile(StrictModel):
+    """The keys file's top level. `keys` may not be empty: a keys file that names no key is a mistake, not an
+    open gateway."""
+
     keys: list[KeyEntry] = Field(min_length=1)
 
 
@@ -63,6 +69,9 @@ class TokenBucket:
 
 @dataclass(eq=False)
 class ApiKey:
+    """A configured key as kept in memory: its SHA-256 digest (never the key), the name logs show, the models
+    it may use, and its rate bucket."""
+
     name: str
     digest: bytes
     models: frozenset[str] | None

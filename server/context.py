@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class RequestContext:
+    """One request's state, shared by the middleware, the routes and the serving layer. Every engine wait goes
+    through `bounded()`, so deadlines and the drain stop reach it."""
+
     request_id: str
     started: float  # loop time at arrival: timeouts and latencies count from here
     key: ApiKey | None = None

@@ -36,6 +36,9 @@ STOP_GRACE_S = 5.0
 
 @dataclass(eq=False)
 class Lifecycle:
+    """The drain's state, shared by the signal handler, the middleware and uvicorn's tick: whether draining,
+    which requests are in flight, and when to end them."""
+
     drain_timeout_s: float
     draining: bool = False
     contexts: set[RequestContext] = field(default_factory=set)

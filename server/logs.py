@@ -15,6 +15,9 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "reque
 
 
 class RequestIdFilter(logging.Filter):
+    """Gives every record the id of the request the current task serves (`-` outside one), so both formats can
+    print it."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = REQUEST_ID.get()
@@ -22,6 +25,9 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line for log shippers; fields passed with `extra=` (the access log's) become keys
+    of their own."""
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),

@@ -86,6 +86,9 @@ PREFIX = "raygate:"
 
 
 class GatewayMetrics:
+    """The gateway's Prometheus metrics, on this app's own registry; the serving layer and middleware update
+    them, and `/metrics` renders them."""
+
     def __init__(self) -> None:
         self.registry = Registry()
         r = self.registry

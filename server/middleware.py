@@ -45,6 +45,9 @@ def request_id_from(header: str | None) -> str:
 
 
 class GatewayMiddleware:
+    """The middleware of the module docstring: before the route, request id and refusals (drain, key, size);
+    after the last byte, metrics, access log and cleanup."""
+
     def __init__(
         self,
         app: ASGIApp,

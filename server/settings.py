@@ -25,6 +25,9 @@ DEFAULT_CORS_HEADERS = ("Authorization", "Content-Type", "X-Request-Id")
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """What `raygate serve` runs with, fixed for the process's life; server/cli.py fills it from flags and
+    `RAYGATE_*` environment variables."""
+
     host: str = "127.0.0.1"
     port: int = 8000
     config_path: Path = DEFAULT_CONFIG

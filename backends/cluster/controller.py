@@ -39,6 +39,9 @@ SETTLE_POLL_SECONDS = 0.2
 
 
 class Controller:
+    """The registry actor of the module docstring: owns every `Deployment`, persists their specs, and versions
+    the route table that gateways watch."""
+
     def __init__(self, state_dir: str | None, seed: list[ModelConfig]) -> None:
         self._state_dir = Path(state_dir) if state_dir else None
         restored = load_specs(self._state_dir) if self._state_dir else None

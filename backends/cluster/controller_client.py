@@ -34,6 +34,9 @@ class ControllerError(RuntimeError):
 
 
 class ControllerClient:
+    """This gateway's cache of the controller's route table (module docstring): routes from it, keeps it fresh
+    with `watch`, and recreates a vanished controller."""
+
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
         self._controller: Any = None

@@ -95,6 +95,9 @@ def describe_failure(exc: BaseException) -> str:
 
 @dataclass(eq=False)
 class ReplicaRecord:
+    """The controller's record of one replica actor. `generation` ties it to a spec, so a rolling update tells
+    old replicas from new; `stopping` marks one being drained."""
+
     id: str
     seq: int
     actor: Any
@@ -109,6 +112,9 @@ class ReplicaRecord:
 
 
 class Deployment:
+    """One model inside the controller: keeps as many replicas as its spec asks for, replaces dead ones within
+    `max_restarts`, and runs scale, update and undeploy."""
+
     def __init__(self, spec: ModelConfig, on_change: OnChange, actors: ReplicaActors | None = None) -> None:
         self.spec = spec
         self._actors: ReplicaActors = actors or RayActors()

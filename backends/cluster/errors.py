@@ -35,6 +35,9 @@ Make = Callable[[str, BaseException], OpenAIError]
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One rule of an `ErrorTable`: where to look (`origin`), which exception types match, how to build the
+    client's error, and whether a retry elsewhere is safe."""
+
     origin: Origin
     types: type[BaseException] | tuple[type[BaseException], ...]
     make: Make
@@ -43,6 +46,8 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Mapped:
+    """What the matching `Row` produced: the client's error, and whether another replica may be tried."""
+
     error: OpenAIError
     retry: bool
 

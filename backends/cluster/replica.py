@@ -41,6 +41,9 @@ __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
 
 
 class ModelWorker:
+    """The replica actor of the module docstring: loads one engine, streams its deltas in coalesced batches,
+    and counts in-flight requests so it can be drained."""
+
     def __init__(self, config: ModelConfig) -> None:
         self._config = config
         self._engine: Engine | None = None

@@ -15,6 +15,8 @@ from protocol.config import ModelConfig
 
 @dataclass(slots=True)
 class ReplicaRoute:
+    """A ready replica as gateways see it: the actor handle to call, its node, and its context length."""
+
     id: str
     actor: Any
     node_id: str
@@ -23,6 +25,9 @@ class ReplicaRoute:
 
 @dataclass(slots=True)
 class DeploymentRoute:
+    """One deployment in the route table: spec, state and error, and only its *ready* replicas (loading or
+    draining ones are never routed to)."""
+
     spec: ModelConfig
     state: DeploymentState
     error: str | None

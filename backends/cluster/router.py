@@ -37,6 +37,9 @@ from protocol.generation import (
 
 @dataclass
 class Replica:
+    """A replica as this gateway's router tracks it; `inflight` counts only the requests this process sent
+    there, which is all least-loaded choice needs."""
+
     actor: Any
     id: str
     node_id: str = ""
@@ -45,6 +48,9 @@ class Replica:
 
 
 class ModelRouter:
+    """Routes one model's requests to its least-loaded ready replica, retrying on another when one fails
+    before the first token (module docstring)."""
+
     def __init__(self, config: ModelConfig, replicas: list[Replica]) -> None:
         self.config = config
         self.replicas = replicas

@@ -75,6 +75,9 @@ class _Sequence:
 
 
 class BatchedLlamaCppEngine(Engine):
+    """`backend: llama_cpp` with `n_seq_max` > 1: one scheduler thread decodes every running sequence in
+    shared batches (module docstring). Generation only."""
+
     def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
         super().__init__()
         kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}

@@ -37,6 +37,9 @@ __all__ = ["DEFAULT_ENGINE_KWARGS", "LlamaCppEngine"]
 
 
 class LlamaCppEngine(Engine):
+    """`backend: llama_cpp`, one sequence at a time: every call runs on one thread because a `Llama` is not
+    re-entrant. Serves generation and embeddings."""
+
     def __init__(self, model_path: str, *, embedding: bool, engine_kwargs: dict[str, Any]) -> None:
         super().__init__()
         self._model_path = model_path

@@ -29,6 +29,9 @@ from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateReques
 
 
 class SyntheticEngine(Engine):
+    """`backend: synthetic`: fixed text at configured speeds, optionally failing after N tokens, for tests and
+    benchmarks only. Unknown options are an error."""
+
     def __init__(self, engine_kwargs: dict[str, Any]) -> None:
         known = {
             "ttft_ms",

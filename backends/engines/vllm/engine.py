@@ -69,6 +69,9 @@ WATCH_INTERVAL_S = 1.0
 
 
 class VllmEngine(Engine):
+    """`backend: vllm`: one AsyncLLM per replica, many sequences at once, the gateway's contract kept on top,
+    and a dead EngineCore rebuilt in place (module docstring)."""
+
     def __init__(
         self,
         model_path: str,
