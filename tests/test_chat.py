@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -102,9 +103,14 @@ def stop_inside(text: str) -> str:
     return text[middle : middle + 3]
 
 
-def greedy_count(client: openai.OpenAI, **kw: object) -> openai.types.chat.ChatCompletion:
+def greedy_count(client: openai.OpenAI, **kw: Any) -> Any:
     return client.chat.completions.create(
-        model=CHAT_MODEL, messages=COUNT, max_tokens=40, temperature=0, logit_bias=NO_EOS, **kw  # type: ignore[arg-type]
+        model=CHAT_MODEL,
+        messages=COUNT,  # type: ignore[arg-type]
+        max_tokens=40,
+        temperature=0,
+        logit_bias=NO_EOS,
+        **kw,  # type: ignore[arg-type]
     )
 
 

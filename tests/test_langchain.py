@@ -29,9 +29,8 @@ def http() -> Iterator[dict[str, Any]]:
 
 
 def chat(base_url: str, http: dict[str, Any], **kw: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        model=CHAT_MODEL, base_url=base_url, api_key="unused", max_retries=0, **{"max_tokens": 12, **kw}, **http
-    )
+    settings = {"max_tokens": 12, **kw, **http}
+    return ChatOpenAI(model=CHAT_MODEL, base_url=base_url, api_key="unused", max_retries=0, **settings)
 
 
 def test_chat_invoke_stream_batch(base_url: str, http: dict[str, Any]) -> None:

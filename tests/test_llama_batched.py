@@ -275,9 +275,11 @@ async def test_json_schema_output_validates(batched: Engine) -> None:
 
 async def test_forced_tool_calls(batched: Engine) -> None:
     ask = "What is the weather like in Paris?"
-    required = await collect(batched, chat(0, ask, tools=ToolsSpec([WEATHER, TIME], "required", parallel=False)))
+    required_tools = ToolsSpec([WEATHER, TIME], "required", parallel=False)
+    required = await collect(batched, chat(0, ask, tools=required_tools))
     check_call(required, {"get_weather", "get_time"})
-    named = await collect(batched, chat(1, ask, tools=ToolsSpec([WEATHER, TIME], "function", "get_time", parallel=False)))
+    named_tools = ToolsSpec([WEATHER, TIME], "function", "get_time", parallel=False)
+    named = await collect(batched, chat(1, ask, tools=named_tools))
     check_call(named, {"get_time"})
     assert named.text == ""  # a forced call has no content around it
 
@@ -318,7 +320,8 @@ def auto(i: int, **sampling: Any) -> GenerateRequest:
     """The model may call or not; the tiny model copies text it is asked to repeat, so it mostly
     opens a call (room for some text first, then a whole call)."""
     tools = ToolsSpec([WEATHER, TIME], "auto", parallel=False)
-    return chat(i, "Repeat after me: 'Hello <tool_call>'", max_tokens=12 + CALL_TOKENS, tools=tools, **sampling)
+    echo = "Repeat after me: 'Hello <tool_call>'"
+    return chat(i, echo, max_tokens=12 + CALL_TOKENS, tools=tools, **sampling)
 
 
 def check_auto(r: Result) -> bool:
@@ -338,7 +341,8 @@ async def test_auto_tool_choice_calls_through_the_lazy_grammar(batched: Engine) 
     when the model opens a call does not: among greedy and seeded answers (decoded together),
     one calls."""
     for seeds in ((None, 1, 2, 3), (4, 5, 6, 7)):
-        reqs = [auto(i, temperature=0.0) if s is None else auto(i, temperature=1.0, seed=s) for i, s in enumerate(seeds)]
+        reqs = [auto(i, temperature=0.0) if s is None else auto(i, temperature=1.0, seed=s)
+                for i, s in enumerate(seeds)]
         called = [check_auto(r) for r in await asyncio.gather(*(collect(batched, r) for r in reqs))]
         if any(called):
             return

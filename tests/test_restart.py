@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -22,6 +23,7 @@ from tests.support.gateway import RAYGATE, start_gateway
 NAMESPACE = "raygate-restart-test"
 ADMIN_KEY = "admin-s3cret"
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+HI: list[Any] = [{"role": "user", "content": "hi"}]
 
 
 def wait_ready(url: str, timeout: float = 120) -> None:
@@ -105,7 +107,7 @@ def test_registry_survives_gateway_and_controller_restarts(restart_env: tuple[li
         with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
             assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
             assert len(client.embeddings.create(model="rs-embed", input="back again").data[0].embedding) == 384
-            reply = client.chat.completions.create(model="rs", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+            reply = client.chat.completions.create(model="rs", messages=HI, max_tokens=5)
             assert reply.choices[0].finish_reason in ("stop", "length")
 
             # The controller dies while the gateway runs: the gateway recreates it from the file,
@@ -118,7 +120,7 @@ def test_registry_survives_gateway_and_controller_restarts(restart_env: tuple[li
             wait_ready(gw.url)
             assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
             assert len(client.embeddings.create(model="rs-embed", input="and again").data) == 1
-            reply = client.chat.completions.create(model="rs", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+            reply = client.chat.completions.create(model="rs", messages=HI, max_tokens=5)
             assert reply.choices[0].finish_reason in ("stop", "length")
     finally:
         assert gw.stop() == 0, gw.log()[-3000:]

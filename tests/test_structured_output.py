@@ -11,6 +11,7 @@ an open `json_object` answer must be an object, or the beginning of one when cut
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import jsonschema
@@ -82,9 +83,10 @@ def test_json_object(client: openai.OpenAI) -> None:
     the model's business (SmolLM2 on one CPU writes `{"answer": "The answer is: The answer is:
     ...` to the end). The answer is an object, or the beginning of one, on every machine; a
     short budget shows the cut-off case, and several seeds the rest."""
-    ask = [{"role": "user", "content": "Give me a JSON object with a key 'answer'."}]
+    ask: Any = [{"role": "user", "content": "Give me a JSON object with a key 'answer'."}]
+    fmt: Any = {"type": "json_object"}
     short = client.chat.completions.create(
-        model=CHAT_MODEL, messages=ask, max_tokens=6, temperature=0, response_format={"type": "json_object"}  # type: ignore[arg-type]
+        model=CHAT_MODEL, messages=ask, max_tokens=6, temperature=0, response_format=fmt
     )
     choice = short.choices[0]
     check_json_object(choice.message.content, choice.finish_reason)
@@ -92,7 +94,7 @@ def test_json_object(client: openai.OpenAI) -> None:
         assert short.usage is not None and short.usage.completion_tokens == 6
     for kw in ({"temperature": 0}, *({"temperature": 1.0, "seed": s} for s in range(3))):
         out = client.chat.completions.create(
-            model=CHAT_MODEL, messages=ask, max_tokens=100, response_format={"type": "json_object"}, **kw  # type: ignore[arg-type]
+            model=CHAT_MODEL, messages=ask, max_tokens=100, response_format=fmt, **kw
         )
         check_json_object(out.choices[0].message.content, out.choices[0].finish_reason)
 

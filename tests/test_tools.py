@@ -92,13 +92,17 @@ def test_required_forces_a_call(base_url: str) -> None:
 def test_required_parallel_calls_are_each_valid(base_url: str) -> None:
     """Parallel calls allowed (the default): one call or more, every finished one valid. The
     first always finishes within the budget; the model may go on calling until `max_tokens`."""
-    r = post(base_url, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=CALL_TOKENS + 20, temperature=0)
+    r = post(
+        base_url, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=CALL_TOKENS + 20,
+        temperature=0,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     validate(body, "CreateChatCompletionResponse")
     finish = body["choices"][0]["finish_reason"]
     assert finish in ("tool_calls", "length")
-    calls = check_calls(body["choices"][0]["message"], {"get_weather", "get_time"}, finished=finish == "tool_calls")
+    names = {"get_weather", "get_time"}
+    calls = check_calls(body["choices"][0]["message"], names, finished=finish == "tool_calls")
     jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), PARAMS[calls[0]["function"]["name"]])
 
 

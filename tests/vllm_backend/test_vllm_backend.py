@@ -125,8 +125,10 @@ def test_logprobs_agree_with_llama_cpp(client: openai.OpenAI, default_gateway: G
     assert ours is not None and theirs is not None
     assert ours.tokens and theirs.tokens and ours.token_logprobs and theirs.token_logprobs
     assert ours.top_logprobs and theirs.top_logprobs
-    steps = zip(ours.tokens, theirs.tokens, ours.token_logprobs, theirs.token_logprobs, ours.top_logprobs, theirs.top_logprobs)
-    for ours_token, their_token, a, b, ours_top, their_top in steps:
+    steps = zip(ours.tokens, theirs.tokens, ours.token_logprobs, theirs.token_logprobs, strict=False)
+    for (ours_token, their_token, a, b), ours_top, their_top in zip(
+        steps, ours.top_logprobs, theirs.top_logprobs, strict=False
+    ):
         assert a is not None and b is not None
         if ours_token != their_token:
             assert their_token in ours_top and a - ours_top[their_token] < 0.3, (ours, theirs)
