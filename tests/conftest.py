@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import ray
@@ -83,6 +84,15 @@ def backend() -> str:
 def client(base_url: str) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
         yield c
+
+
+@pytest.fixture
+def langchain_http() -> Iterator[dict[str, Any]]:
+    """The `http_client` for a LangChain model, closed after the test: LangChain's own clients
+    are cached for the whole process and closed by nobody. (The tests make sync calls only; the
+    async client LangChain makes on its own never opens a connection.)"""
+    with httpx.Client(timeout=120) as sync:
+        yield {"http_client": sync}
 
 
 @pytest.fixture(scope="session")

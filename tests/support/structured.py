@@ -210,3 +210,23 @@ def check_json_object(content: str | None, finish_reason: str | None) -> dict[st
     assert text.lstrip().startswith("{") or not text.strip(), text
     assert is_json_prefix(text), text
     return None
+
+
+def penalty_must_change(
+    tokens: list[str], tops: list[dict[str, float]], presence: float = 0.0, frequency: float = 0.0
+) -> bool:
+    """Whether OpenAI's presence/frequency penalties must change this greedy text, by this
+    machine's own numbers: at some step the token chosen, already written, falls below another
+    of that step's listed candidates once each is penalised for its earlier occurrences (both
+    engines penalise generated tokens only). Until that step the penalised run writes the same
+    text, so its logits there are these; if an earlier step changes instead, the text differs
+    anyway. `tops`: each step's top logprobs (raw, as both engines report them)."""
+    for t, (chosen, top) in enumerate(zip(tokens, tops, strict=True)):
+        earlier = tokens[:t]
+        penalised = {
+            token: logprob - frequency * earlier.count(token) - presence * (token in earlier)
+            for token, logprob in top.items()
+        }
+        if chosen in top and max(penalised, key=penalised.__getitem__) != chosen:
+            return True
+    return False

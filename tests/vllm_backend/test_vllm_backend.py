@@ -16,6 +16,7 @@ import ray
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.gateway import GatewayProcess
+from tests.support.structured import penalty_must_change
 from tests.support.vllm import VllmDeployment
 
 HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
@@ -181,27 +182,29 @@ def test_embeddings_agree_with_llama_cpp(client: openai.OpenAI, default_gateway:
 
 def test_penalties_reach_the_engine(client: openai.OpenAI) -> None:
     """Greedy decoding, so any difference comes from the penalty (vLLM applies it to generated
-    tokens). The prompt makes the greedy text repeat itself on any machine, so the penalties have
-    repeated tokens to bite on."""
+    tokens). Whether a penalty changes a greedy text depends on the text, which depends on the
+    CPU: of a few prompts, the test takes one whose greedy text, by its own logprobs, a penalty
+    of 2 must change (tests/support/structured.py), then checks that it does."""
 
-    def complete(**kw: float) -> str:
-        return (
-            client.completions.create(
-                model=CHAT_MODEL,
-                prompt="la la la la la la",
-                max_tokens=24,
-                temperature=0,
-                **kw,  # type: ignore[arg-type]
-            )
-            .choices[0]
-            .text
-        )
+    def complete(prompt: str, **kw: float) -> Any:
+        return client.completions.create(
+            model=CHAT_MODEL, prompt=prompt, max_tokens=24, temperature=0, logprobs=5, **kw
+        ).choices[0]
 
-    plain = complete()
-    assert complete() == plain
-    assert len(plain.split()) > len(set(plain.split())), plain  # it repeats itself
-    assert complete(frequency_penalty=2.0) != plain
-    assert complete(presence_penalty=2.0) != plain
+    for prompt in ("My favourite things are", "la la la la la la", "1, 2, 1, 2, 1, 2,", "Once upon a time"):
+        plain = complete(prompt)
+        lp = plain.logprobs
+        assert lp is not None and lp.tokens and lp.top_logprobs
+        if penalty_must_change(lp.tokens, lp.top_logprobs, frequency=2.0) and penalty_must_change(
+            lp.tokens, lp.top_logprobs, presence=2.0
+        ):
+            break
+    else:
+        raise AssertionError("no prompt's greedy text is one a penalty must change")
+    assert complete(prompt).text == plain.text
+    assert complete(prompt, frequency_penalty=2.0).text != plain.text
+    assert complete(prompt, presence_penalty=2.0).text != plain.text
+    assert complete(prompt, frequency_penalty=0.0).text == plain.text
 
 
 def test_disconnect_aborts_the_request_in_the_engine(base_url: str, vllm: VllmDeployment) -> None:
