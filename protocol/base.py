@@ -7,15 +7,23 @@ a config file should fail loudly at start, not silently fall back to a default.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from protocol.text import check_text
 
 
 class RequestModel(BaseModel):
     """Base of every request body: unknown fields are kept (see `model_extra`) and reported."""
 
     model_config = ConfigDict(extra="allow")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """No field's text may hold a lone surrogate: it cannot reach a tokenizer (protocol/text.py)."""
+        return check_text(value)
 
 
 class ResponseModel(BaseModel):
@@ -35,3 +43,9 @@ class StrictModel(BaseModel):
     """Base of configuration: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """Names, paths and environment values must encode: a lone surrogate is refused here."""
+        return check_text(value)
