@@ -48,6 +48,12 @@ class Settings:
     sse_ping_s: float = 15.0
     # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
     drain_timeout_s: float = 30.0
+    # Exposure: listening beyond loopback without an admin key needs this (server/exposure.py).
+    allow_open_admin: bool = False
+    # HTTP: the request head's size and time limits, and idle keep-alive (server/http_limits.py).
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0
+    keep_alive_timeout_s: int = 5
 
 
 class ConfigError(ValueError):
