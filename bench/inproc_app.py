@@ -34,7 +34,7 @@ from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.requests import UnknownFieldLog
+from server.unknown_fields import UnknownFieldLog
 from server.routes import chat, completions, models
 from server.settings import Settings, load_config
 

@@ -20,9 +20,9 @@ from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.requests import UnknownFieldLog
 from server.routes import admin, chat, completions, embeddings, models, ops, tokenize
 from server.settings import Settings, load_config, seed_specs
+from server.unknown_fields import UnknownFieldLog
 
 log = logging.getLogger(__name__)
 
