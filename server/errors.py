@@ -47,6 +47,8 @@ def validation_error(errors: list[Any]) -> BadRequestError:
         field = ".".join(loc) or "body"
         param = param or (loc[0] if loc else None)
         msg = printable(str(err.get("msg", "invalid value")))
+        if err.get("type") == "string_unicode":  # pydantic's own check, on constrained strings
+            msg = "invalid Unicode: a lone surrogate (U+D800-U+DFFF); text must be valid UTF-8"
         parts.append(f"{field}: {'Field required' if err.get('type') == 'missing' else msg}")
     if len(errors) > MAX_REPORTED_ERRORS:
         parts.append(f"(and {len(errors) - MAX_REPORTED_ERRORS} more)")

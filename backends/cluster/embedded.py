@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 GRACE_SECONDS = 3.0
+EXIT_WAIT_SECONDS = 30.0  # a gateway that closed its end of the pipe gets this long to exit
 _PROC = Path("/proc")
 _watchdog: subprocess.Popen[bytes] | None = None
 
@@ -53,13 +54,14 @@ def _alive(pid: int, start_time: str | None) -> bool:
     return start_time is not None and _start_time(pid) == start_time
 
 
-def session_processes(session_dir: str) -> list[int]:
+def session_processes(session_dir: str, spare: frozenset[int] = frozenset()) -> list[int]:
     """Processes of this user that belong to the Ray session `session_dir`: named on their command
-    line, or holding a file under it open. Never this process."""
+    line, or holding a file under it open. Never this process, nor those in `spare`."""
     prefix = session_dir.rstrip("/") + "/"
-    uid, me, found = os.getuid(), os.getpid(), []
+    uid, found = os.getuid(), []
+    spare = spare | {os.getpid()}
     for entry in _PROC.iterdir() if _PROC.is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit() or int(entry.name) in spare:
             continue
         try:
             if entry.stat().st_uid != uid:
@@ -78,10 +80,10 @@ def session_processes(session_dir: str) -> list[int]:
     return found
 
 
-def stop_session(session_dir: str, grace: float = GRACE_SECONDS) -> list[int]:
-    """SIGTERM every process of the session, then SIGKILL what is left after `grace` seconds.
-    Returns the pids it signalled."""
-    pids = session_processes(session_dir)
+def stop_session(session_dir: str, grace: float = GRACE_SECONDS, spare: frozenset[int] = frozenset()) -> list[int]:
+    """SIGTERM every process of the session (but those in `spare`), then SIGKILL what is left
+    after `grace` seconds. Returns the pids it signalled."""
+    pids = session_processes(session_dir, spare)
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
@@ -136,7 +138,7 @@ def guard(session_dir: str) -> None:
     record = folder / f"{me}.json"
     record.write_text(json.dumps({"gateway_pid": me, "gateway_start": _start_time(me), "session_dir": session_dir}))
     _watchdog = subprocess.Popen(
-        [sys.executable, "-m", "backends.cluster.embedded", session_dir, str(record)],
+        [sys.executable, "-m", "backends.cluster.embedded", session_dir, str(record), str(me), str(_start_time(me))],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # a signal to the gateway's process group leaves it running
@@ -144,15 +146,21 @@ def guard(session_dir: str) -> None:
     )
 
 
-def _watch(session_dir: str, record: str) -> None:
-    """The watchdog: block until the gateway's end of stdin closes, then clean up after it."""
+def _watch(session_dir: str, record: str, gateway_pid: int, gateway_start: str) -> None:
+    """The watchdog: block until the gateway's end of stdin closes, then clean up after it.
+
+    The pipe also closes while a gateway that stops cleanly is still finishing its exit (Python
+    closes files before the process ends): wait for it to be gone, and never signal it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         while sys.stdin.buffer.read(4096):
             pass
-    stop_session(session_dir)
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    while _alive(gateway_pid, gateway_start) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_session(session_dir, spare=frozenset({gateway_pid}) if _alive(gateway_pid, gateway_start) else frozenset())
     Path(record).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
-    _watch(sys.argv[1], sys.argv[2])
+    _watch(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
