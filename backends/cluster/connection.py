@@ -41,7 +41,7 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
             num_cpus=num_cpus,
             log_to_driver=True,
         )
-        embedded.guard(context.address_info["session_dir"])
+        embedded.guard(context.address_info["session_dir"])  # type: ignore[attr-defined]
 
 
 @contextmanager
