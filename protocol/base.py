@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from protocol.text import check_text
+from protocol.text import check_text, printable
 
 
 class RequestModel(BaseModel):
@@ -49,3 +49,15 @@ class StrictModel(BaseModel):
     def _valid_unicode(cls, value: Any) -> Any:
         """Names, paths and environment values must encode: a lone surrogate is refused here."""
         return check_text(value)
+
+
+def describe_errors(exc: ValidationError, limit: int = 10) -> str:
+    """pydantic's errors as `field: message` lines, without the offending values: a config or a
+    registry may hold secrets (an `env:` token, say) that must not reach a terminal or a log."""
+    lines = []
+    for err in exc.errors()[:limit]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        lines.append(f"  {printable(where)}: {printable(str(err.get('msg', 'invalid value')))}")
+    if len(exc.errors()) > limit:
+        lines.append(f"  (and {len(exc.errors()) - limit} more)")
+    return "\n".join(lines)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from backends.cluster.state_file import StateFileError, load_specs, state_file
+from protocol.base import describe_errors
 from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
@@ -68,7 +69,7 @@ def load_config(path: Path) -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config {path}:\n{exc}") from exc
+        raise ConfigError(f"invalid config {path}:\n{describe_errors(exc)}") from None
 
 
 def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
