@@ -521,8 +521,8 @@ def _wait_gone(pids: list[int], timeout: float) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_killed_gateway_leaves_no_ray_process_behind(tmp_path: Path) -> None:
-    """SIGKILL: its watchdog stops the session (Ray's own agents outlived it by about a minute,
-    for good on other machines). Watchdog killed too: the next embedded start cleans up."""
+    """SIGKILL: its watchdog stops the session within seconds (Ray's own agents outlived a killed
+    gateway by about a minute here). Watchdog killed too: the next embedded start cleans up."""
     first = _start_embedded(tmp_path, "first")
     tree = descendants(first.proc.pid)
     ray_procs = [p for p in tree if "backends.cluster.embedded" not in _cmdline(p)]
