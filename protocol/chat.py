@@ -104,16 +104,15 @@ class ChatCompletionRequest(SamplingFields):
             refused.append("reasoning_effort")
         if self.store:
             refused.append("store")
-        return refused
+        return refused + self.unsupported_extensions()
 
     def to_sampling_params(self) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequestError("`top_logprobs` needs `logprobs: true`.", param="top_logprobs")
-        return SamplingParams(
+        params = SamplingParams(
             max_tokens=self.max_completion_tokens or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
-            top_k=self.top_k,
             stop=self.stop_list(),
             seed=self.seed,
             presence_penalty=self.presence_penalty,
@@ -122,6 +121,7 @@ class ChatCompletionRequest(SamplingFields):
             logit_bias=self.logit_bias_ids(),
             json_schema=self.response_format.output_schema() if self.response_format else None,
         )
+        return self.apply_extensions(params)
 
     def tools_spec(self) -> ToolsSpec | None:
         return tools_spec(self.tools, self.tool_choice, self.parallel_tool_calls)

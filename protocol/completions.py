@@ -45,14 +45,14 @@ class CompletionRequest(SamplingFields):
 
     def unsupported_fields(self) -> list[str]:
         """`best_of` > `n` means "sample more, return the best": no backend here ranks samples."""
-        return ["best_of"] if self.best_of not in (None, 1, self.n) else []
+        refused = ["best_of"] if self.best_of not in (None, 1, self.n) else []
+        return refused + self.unsupported_extensions()
 
     def to_sampling_params(self) -> SamplingParams:
-        return SamplingParams(
+        params = SamplingParams(
             max_tokens=self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
-            top_k=self.top_k,
             stop=self.stop_list(),
             seed=self.seed,
             presence_penalty=self.presence_penalty,
@@ -61,6 +61,7 @@ class CompletionRequest(SamplingFields):
             prompt_logprobs=self.logprobs if self.echo else None,
             logit_bias=self.logit_bias_ids(),
         )
+        return self.apply_extensions(params)
 
 
 class CompletionChoice(ResponseModel):
