@@ -193,3 +193,11 @@ class SamplingExtensions(RequestModel):
                 constraint.grammar,
             )
         return params
+
+
+def supported_extensions() -> list[str]:
+    """The extension fields (and other spellings) a generating model honours, for its model card;
+    the beam-search fields are accepted only at their "off" values, so they are not listed."""
+    names = set(SamplingExtensions.model_fields) - {"length_penalty", "use_beam_search"}
+    names |= set(GUIDED_SPELLINGS) | set(LLAMA_SERVER_CONSTRAINTS) | set(LLAMA_SERVER_RENAMES)
+    return sorted(names)

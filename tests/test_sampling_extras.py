@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import CHAT_MODEL
 from tests.support.admin import chat_spec, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess
+from tests.support.openapi import validate
 from tests.test_parameters import root, token_ids
 
 PROMPT = "Once upon a time, in a land far away,"
@@ -319,6 +320,20 @@ def test_model_defaults_apply_under_the_request(default_gateway: GatewayProcess,
             model=defaults_model, messages=ASK, max_completion_tokens=2, extra_body={"ignore_eos": True}
         )
         assert r.usage is not None and r.usage.completion_tokens == 2
+
+
+def test_model_card_lists_extensions_and_defaults(
+    default_gateway: GatewayProcess, defaults_model: str
+) -> None:
+    card = httpx.get(f"{default_gateway.url}/v1/models/{defaults_model}", timeout=30).json()
+    validate(card, "Model")
+    assert card["sampling_defaults"] == {"temperature": 0, "max_tokens": 6, "repetition_penalty": 10.0}
+    assert {"top_k", "min_p", "ignore_eos", "structured_outputs", "guided_json", "repeat_penalty"} <= set(
+        card["sampling_parameters"]
+    )
+    assert "length_penalty" not in card["sampling_parameters"]
+    listed = httpx.get(f"{default_gateway.url}/v1/models", timeout=30).json()["data"]
+    assert all(set(m) == {"id", "object", "created", "owned_by"} for m in listed)
 
 
 def test_defaults_are_strict(default_gateway: GatewayProcess) -> None:
