@@ -9,6 +9,7 @@ from pydantic import Field, model_serializer, model_validator
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.errors import BadRequestError
+from protocol.extensions import fold_n_probs
 from protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
 from protocol.tools import (
     ChoiceLogprobs,
@@ -75,6 +76,11 @@ class ChatCompletionRequest(SamplingFields):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _n_probs(cls, data: Any) -> Any:
+        return fold_n_probs(data, ("logprobs", True), ("top_logprobs", ...))
 
     @model_validator(mode="after")
     def _tokens_agree(self) -> ChatCompletionRequest:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from protocol.base import ResponseModel
 from protocol.common import SamplingFields, Usage
+from protocol.extensions import fold_n_probs
 from protocol.generation import FinishReason, SamplingParams
 from protocol.tools import CompletionLogprobs
 
@@ -24,6 +25,11 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
     logprobs: int | None = Field(None, ge=0, le=5)
     best_of: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _n_probs(cls, data: Any) -> Any:
+        return fold_n_probs(data, ("logprobs", ...))
 
     @field_validator("prompt")
     @classmethod

@@ -86,6 +86,20 @@ class StructuredOutputs(StrictModel):
         return self.json_
 
 
+def fold_n_probs(data: Any, *targets: tuple[str, Any]) -> Any:
+    """llama-server's `n_probs` (top alternatives per token) as the endpoint's own logprobs fields:
+    `targets` are (field, value) pairs, where the value `...` stands for the `n_probs` number."""
+    if not isinstance(data, dict) or data.get("n_probs") is None:
+        return data
+    data = dict(data)
+    n = data.pop("n_probs")
+    for name, value in targets:
+        if data.get(name) is not None:
+            raise ValueError(f"`n_probs` and `{name}` both ask for logprobs; send one of them")
+        data[name] = n if value is ... else value
+    return data
+
+
 def _fold_aliases(data: Any) -> Any:
     """Rewrite the other spellings to the canonical fields before validation; two spellings of
     one field in the same body are a 400 (which one would win is a guess)."""
@@ -200,4 +214,5 @@ def supported_extensions() -> list[str]:
     the beam-search fields are accepted only at their "off" values, so they are not listed."""
     names = set(SamplingExtensions.model_fields) - {"length_penalty", "use_beam_search"}
     names |= set(GUIDED_SPELLINGS) | set(LLAMA_SERVER_CONSTRAINTS) | set(LLAMA_SERVER_RENAMES)
+    names.add("n_probs")
     return sorted(names)

@@ -73,6 +73,14 @@ def test_other_spellings_fold_into_one_field() -> None:
         chat(structured_outputs={"regex": "a"}, guided_grammar="root ::= x")
 
 
+def test_n_probs_is_the_endpoints_logprobs() -> None:
+    assert chat(n_probs=3).to_sampling_params().logprobs == 3
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "x", "n_probs": 2})
+    assert body.to_sampling_params().logprobs == 2 and not body.model_extra
+    with pytest.raises(ValidationError):
+        chat(n_probs=3, top_logprobs=2)
+
+
 def test_refusals_name_the_field() -> None:
     with pytest.raises(BadRequestError) as exc:
         chat(min_tokens=5, max_tokens=2).to_sampling_params()
