@@ -199,7 +199,8 @@ def build_sampler(
     """`prompt`: the request's prompt tokens, which the repetition penalty covers, as far back as
     `context_length` (the engine's, not `llm`'s: the batched engine's `Llama` has a tiny one)."""
     n_vocab = llm.n_vocab()
-    mask = TokenMask.build(llm, sampling)
+    grammar = grammar_for(sampling, tools)
+    mask = TokenMask.build(llm, sampling, grammar_ends=grammar is not None)
     vocab = llm._model.vocab
     chain = LlamaSampler()
     if sampling.logit_bias:
@@ -227,7 +228,6 @@ def build_sampler(
             chain.add_top_k(sampling.top_k_limit)
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
-    grammar = grammar_for(sampling, tools)
     if grammar is None:
         return TokenSampler(chain, None, n_vocab, mask)
     text, lazy = grammar

@@ -13,6 +13,10 @@ logprobs stay the model's raw distribution, as vLLM reports them.
 * `bad_words`: each word is tokenized with and without a leading space (vLLM's rule); a word's
   last token is banned where the output so far ends with the word's other tokens.
 * `allowed_token_ids`: every other token is banned.
+
+Under a grammar (an output constraint, tool calls) the end-of-generation tokens are never banned:
+once the grammar is complete they are the only tokens it allows, and banning them would leave
+nothing to draw. There the grammar decides where the output ends.
 """
 
 from __future__ import annotations
@@ -74,9 +78,9 @@ class TokenMask:
         self._ids: np.ndarray | None = None
 
     @classmethod
-    def build(cls, llm: Any, sampling: SamplingParams) -> TokenMask | None:
+    def build(cls, llm: Any, sampling: SamplingParams, grammar_ends: bool = False) -> TokenMask | None:
         """The mask `sampling` asks for, or None when it asks for none (the common case costs
-        nothing per token)."""
+        nothing per token). `grammar_ends`: a grammar constrains the output (see above)."""
         n_vocab = llm.n_vocab()
         check_token_ids(sampling.stop_token_ids, n_vocab, "stop_token_ids")
         if sampling.allowed_token_ids is not None:
@@ -88,7 +92,7 @@ class TokenMask:
             or sampling.allowed_token_ids is not None
         ):
             return None
-        eog = end_of_generation_ids(llm)
+        eog = [] if grammar_ends else end_of_generation_ids(llm)
         return cls(
             n_vocab,
             ends=[*eog, *sampling.stop_token_ids],
