@@ -31,6 +31,7 @@ from backends.engines.base import (
     check_token_ids,
     completion_budget,
     loaded,
+    truncate_prompt,
 )
 from backends.engines.deltas import DeltaBuilder
 from backends.engines.vllm import support as vllm_support
@@ -249,6 +250,9 @@ class VllmEngine(Engine):
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
         ids = await asyncio.to_thread(self._prompt_ids, request)
+        ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
+        check_token_ids(request.sampling.stop_token_ids, self._vocab, "stop_token_ids")
+        check_token_ids(request.sampling.allowed_token_ids or [], self._vocab, "allowed_token_ids")
         if not ids:
             raise BadRequestError("The prompt is empty.", param=request.prompt_param)
         budget = completion_budget(request, len(ids), self._context)
@@ -340,13 +344,13 @@ class VllmEngine(Engine):
 def _error_param(exc: Exception, request: GenerateRequest) -> str:
     """The request field a vLLM validation error is about, by OpenAI's names."""
     named = getattr(exc, "parameter", None)
-    if named in ("logit_bias", "logprobs", "seed", "stop"):
+    if named in ("logit_bias", "logprobs", "seed", "stop", "allowed_token_ids", "bad_words"):
         return str(named)
     if named == "prompt_logprobs":
         return "logprobs"
     if named == "structured_outputs" or "grammar" in str(exc).lower() or "schema" in str(exc).lower():
-        if request.sampling.json_schema is not None:
-            return "response_format"
+        if request.sampling.constrained:
+            return tool_calls.constraint_param(request.sampling)
         if tool_calls.active(request.tools):
             return "tools"
     return request.prompt_param
