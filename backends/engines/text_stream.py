@@ -30,6 +30,7 @@ class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self._stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that was hit, once one is
 
     def push(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, whether a stop string was hit)."""
@@ -39,7 +40,9 @@ class StopMatcher:
         hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
         if hits:
             self._held = ""
-            return buf[: min(hits)], True
+            at = min(hits)
+            self.matched = next(s for s in self._stops if buf.find(s) == at)
+            return buf[:at], True
         hold = 0
         for stop in self._stops:
             for k in range(min(len(stop) - 1, len(buf)), hold, -1):
