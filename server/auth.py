@@ -32,7 +32,9 @@ from server.settings import ConfigError
 
 class KeyEntry(StrictModel):
     name: str | None = Field(None, description="Label for logs and metrics (default: digest prefix).")
-    key: str = Field(min_length=8, description="The bearer token clients send.")
+    key: str = Field(
+        min_length=8, description="The key clients send (`Authorization: Bearer` or `x-api-key`)."
+    )
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
 
@@ -129,18 +131,10 @@ class KeyStore:
                 found = key
         return found
 
-    def authenticate(self, authorization: list[str]) -> ApiKey:
-        """Check the `Authorization` header values of a request; raise 401 or 429."""
-        if len(authorization) != 1:
-            raise AuthenticationError(
-                "You didn't provide an API key. Send it as `Authorization: Bearer YOUR_KEY`."
-                if not authorization
-                else "Send exactly one Authorization header."
-            )
-        scheme, _, token = authorization[0].partition(" ")
-        if scheme.lower() != "bearer" or not token or token != token.strip() or " " in token:
-            raise AuthenticationError("Send the API key as `Authorization: Bearer YOUR_KEY`.")
-        key = self._lookup(token)
+    def authenticate(self, authorization: list[str], api_key: list[str] | None = None) -> ApiKey:
+        """Check the key a request presents (its `Authorization` and `x-api-key` header values);
+        raise 401 or 429."""
+        key = self._lookup(presented_key(authorization, api_key or []))
         if key is None:
             raise AuthenticationError("Incorrect API key provided.")
         if key.bucket is not None:
@@ -151,6 +145,34 @@ class KeyStore:
                     retry_after=math.ceil(wait),
                 )
         return key
+
+
+def presented_key(authorization: list[str], api_key: list[str]) -> str:
+    """The key from `Authorization: Bearer KEY` (OpenAI's SDK) or `x-api-key: KEY` (Anthropic's);
+    both may be sent only if they agree. Anything ambiguous or malformed is a 401."""
+    bearer: str | None = None
+    if authorization:
+        if len(authorization) != 1:
+            raise AuthenticationError("Send exactly one Authorization header.")
+        scheme, _, bearer = authorization[0].partition(" ")
+        if scheme.lower() != "bearer" or not _plain(bearer):
+            raise AuthenticationError("Send the API key as `Authorization: Bearer YOUR_KEY`.")
+    if not api_key:
+        if bearer is None:
+            raise AuthenticationError(
+                "You didn't provide an API key. Send it as `Authorization: Bearer YOUR_KEY` "
+                "(or `x-api-key: YOUR_KEY`)."
+            )
+        return bearer
+    if len(api_key) != 1 or not _plain(api_key[0]):
+        raise AuthenticationError("Send exactly one API key as `x-api-key: YOUR_KEY`.")
+    if bearer is not None and not hmac.compare_digest(_digest(bearer), _digest(api_key[0])):
+        raise AuthenticationError("The `Authorization` and `x-api-key` headers carry different keys.")
+    return api_key[0]
+
+
+def _plain(token: str) -> bool:
+    return bool(token) and token == token.strip() and " " not in token
 
 
 def check_model_access(key: ApiKey | None, model_ids: list[str]) -> None:
