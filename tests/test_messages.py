@@ -45,6 +45,8 @@ SCHEMAS = {"get_weather": WEATHER_SCHEMA, "get_time": TIME_SCHEMA}
 ASK: list[MessageParam] = [{"role": "user", "content": "What is the weather like in Paris?"}]
 HELLO: list[MessageParam] = [{"role": "user", "content": "Say hello."}]
 STOP_REASONS = {"end_turn", "max_tokens", "stop_sequence", "tool_use"}
+# anthropic 2.x no longer lists the sampling fields; agents send them as extra body fields.
+GREEDY = {"temperature": 0}
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +131,7 @@ def test_max_tokens_is_honoured(anthropic_client: anthropic.Anthropic) -> None:
     out = anthropic_client.messages.create(
         model=CHAT_MODEL,
         max_tokens=5,
-        temperature=0,
+        extra_body=GREEDY,
         messages=[{"role": "user", "content": "Count from one to one hundred in words."}],
     )
     check_message(out, 5)
@@ -141,7 +143,7 @@ def test_stop_sequence_is_reported(anthropic_client: anthropic.Anthropic) -> Non
     out = anthropic_client.messages.create(
         model=CHAT_MODEL,
         max_tokens=60,
-        temperature=0,
+        extra_body=GREEDY,
         stop_sequences=["e", "E"],
         messages=[{"role": "user", "content": "Describe the weather here today in a sentence."}],
     )
@@ -255,7 +257,7 @@ def test_sdk_raw_stream_with_stop_sequence(anthropic_client: anthropic.Anthropic
         anthropic_client.messages.create(
             model=CHAT_MODEL,
             max_tokens=60,
-            temperature=0,
+            extra_body=GREEDY,
             stop_sequences=["e", "E"],
             messages=[{"role": "user", "content": "Describe the weather here today in a sentence."}],
             stream=True,
@@ -278,7 +280,12 @@ def tool_uses(message: Message) -> list[Any]:
 
 def test_any_forces_a_schema_valid_call(anthropic_client: anthropic.Anthropic) -> None:
     out = anthropic_client.messages.create(
-        model=CHAT_MODEL, max_tokens=80, messages=ASK, tools=TOOLS, tool_choice={"type": "any"}, temperature=0
+        model=CHAT_MODEL,
+        max_tokens=80,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "any"},
+        extra_body=GREEDY,
     )
     check_message(out, 80)
     assert out.stop_reason == "tool_use"
@@ -310,7 +317,12 @@ def test_tool_result_round_trip(anthropic_client: anthropic.Anthropic) -> None:
     """A forced call, its result sent back as a `tool_result` block, and the model free (auto) to
     answer or call again; count_tokens of the whole conversation matches the create's usage."""
     first = anthropic_client.messages.create(
-        model=CHAT_MODEL, max_tokens=80, messages=ASK, tools=TOOLS, tool_choice={"type": "any"}, temperature=0
+        model=CHAT_MODEL,
+        max_tokens=80,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "any"},
+        extra_body=GREEDY,
     )
     uses = tool_uses(first)
     assert first.stop_reason == "tool_use" and uses
@@ -374,7 +386,8 @@ def test_streamed_input_json_parses_to_valid_input(
         jsonschema.validate(json.loads("".join(pieces)), WEATHER_SCHEMA)
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
     # The SDK assembles the same input from the same deltas.
-    with anthropic_client.messages.stream(**body) as stream:
+    sdk_body = {k: v for k, v in body.items() if k != "temperature"}
+    with anthropic_client.messages.stream(**sdk_body, extra_body=GREEDY) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     assert [u.name for u in tool_uses(final)][:1] == ["get_weather"]
@@ -481,7 +494,7 @@ def test_openai_routes_keep_openai_errors(gateway: GatewayProcess) -> None:
 def test_metrics_count_messages(anthropic_client: anthropic.Anthropic, gateway: GatewayProcess) -> None:
     def requests() -> float:
         value = metric(
-            scrape(gateway.url), "raygate_http_requests_total", endpoint="/v1/messages", status="200"
+            scrape(gateway.url), "raygate:http_requests_total", endpoint="/v1/messages", status="200"
         )
         return value or 0.0
 
