@@ -113,6 +113,7 @@ class ChatCompletionRequest(SamplingFields):
             max_tokens=self.max_completion_tokens or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=self.top_k,
             stop=self.stop_list(),
             seed=self.seed,
             presence_penalty=self.presence_penalty,

@@ -34,6 +34,8 @@ class SamplingFields(RequestModel):
     model: str = Field(min_length=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
+    # vLLM's extension (clients send it in `extra_body`): 0 or -1 = off, as in vLLM.
+    top_k: int | None = Field(None, ge=-1)
     n: int = Field(1, ge=1, le=16)
     stop: str | list[str] | None = None
     seed: int | None = None

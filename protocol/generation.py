@@ -21,6 +21,8 @@ class SamplingParams:
     max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
+    # Keep only the k likeliest tokens (vLLM's convention: None, 0 and -1 all mean "off").
+    top_k: int | None = None
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     presence_penalty: float = 0.0
@@ -34,6 +36,11 @@ class SamplingParams:
     # Constrain the output to JSON that validates against this schema (`{"type": "object"}` for
     # response_format json_object): a grammar on llama.cpp, guided decoding on vLLM.
     json_schema: dict[str, Any] | None = None
+
+    @property
+    def top_k_limit(self) -> int | None:
+        """`top_k` as a positive count, or None when it is off."""
+        return self.top_k if self.top_k is not None and self.top_k > 0 else None
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 llama-cpp-python's own `Llama.generate` builds a fixed chain without logit bias or lazy grammars,
 so the engine builds its own from llama.cpp's samplers:
 
-    [grammar] -> logit_bias -> penalties -> greedy | (temperature -> top_p -> random draw)
+    [grammar] -> logit_bias -> penalties -> greedy | (temperature -> top_k -> top_p -> random draw)
 
 A grammar checks every candidate against its rules, which over a 49k vocabulary costs several
 times the model's own step. So, as llama.cpp's own `common_sampler` does, the token is first
@@ -12,8 +12,9 @@ drawn without the grammar and only checked against it; the grammar masks the who
 distribution, because masking commutes with the additive bias and penalties.
 
 Temperature comes before top_p as in OpenAI's and vLLM's definition (the nucleus is taken from
-the tempered distribution). Reported logprobs are the model's raw distribution at each step
-(before bias, penalties, grammar and temperature), as vLLM reports them by default.
+the tempered distribution), and top_k before top_p as in vLLM (the nucleus of the k likeliest).
+Reported logprobs are the model's raw distribution at each step (before bias, penalties, grammar
+and temperature), as vLLM reports them by default.
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, s
         chain.add_greedy()
     else:
         chain.add_temp(sampling.temperature)
+        if sampling.top_k_limit is not None:
+            chain.add_top_k(sampling.top_k_limit)
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
     grammar = grammar_for(sampling, tools)

@@ -65,7 +65,7 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
 
     * `n` is always 1: the gateway runs each of a request's `n` samples as its own sequence (with
       seed + i), so they spread over replicas and stream independently.
-    * No top-k / min-p / repetition penalty: OpenAI has none, and the model's
+    * `top_k` off is vLLM's 0. No min-p / repetition penalty: OpenAI has none, and the model's
       `generation_config.json` defaults are not applied (vLLM applies them only in its own server).
     * `DELTA` output: each `RequestOutput` carries only the new text and token ids, which is what
       a stream needs; stop strings are held back by vLLM until decided, so none leaks.
@@ -81,6 +81,7 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
         max_tokens=max_tokens,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
+        top_k=sampling.top_k_limit or 0,
         seed=sampling.seed,
         stop=list(sampling.stop) or None,
         presence_penalty=sampling.presence_penalty,
