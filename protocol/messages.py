@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from protocol.base import RequestModel
-from protocol.errors import BadRequestError
+from protocol.errors import BadRequestError, UnsupportedParameterError
 from protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCall, ToolsSpec
 from protocol.tools import FUNCTION_NAME_PATTERN
 
@@ -242,6 +242,18 @@ class MessagesMetadata(RequestModel):
     user_id: str | None = None
 
 
+class JsonOutputFormat(RequestModel):
+    """Structured outputs: the text must be JSON that validates against `schema`."""
+
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(RequestModel):
+    format: JsonOutputFormat | None = None
+    effort: str | None = None
+
+
 class MessagesRequest(MessagesInput):
     """`POST /v1/messages`. `max_tokens` is required, as in Anthropic's API: a missing one is a 400."""
 
@@ -252,17 +264,32 @@ class MessagesRequest(MessagesInput):
     top_k: int | None = Field(None, ge=0)
     metadata: MessagesMetadata | None = None
     stream: bool = False
+    output_config: OutputConfig | None = None
+    output_format: JsonOutputFormat | None = None  # the structured-outputs beta's spelling
+
+    def unsupported_fields(self) -> list[str]:
+        refused = super().unsupported_fields()
+        if self.output_config is not None and self.output_config.effort is not None:
+            refused.append("output_config.effort")  # as chat refuses `reasoning_effort`
+        return refused
 
     def to_sampling_params(self) -> SamplingParams:
-        if self.top_k:
-            raise BadRequestError(
-                "`top_k` is not supported by this server yet; leave it out or send 0.", param="top_k"
+        """`top_k` 0 is off, as unset (the engines' convention); an output format is the same
+        schema constraint as chat's `response_format: json_schema`."""
+        fmt = self.output_format or (self.output_config.format if self.output_config else None)
+        if fmt is not None and self.tools and not isinstance(self.tool_choice, ToolChoiceNone):
+            raise UnsupportedParameterError(
+                "An output format together with `tools` is not supported (one constraint per "
+                'request: drop one, or send `tool_choice: {"type": "none"}`).',
+                param="output_config",
             )
         return SamplingParams(
             max_tokens=self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=self.top_k,
             stop=list(self.stop_sequences or ()),
+            json_schema=fmt.schema_ if fmt is not None else None,
         )
 
 

@@ -153,6 +153,36 @@ def test_stop_sequence_is_reported(anthropic_client: anthropic.Anthropic) -> Non
     assert "e" not in text and "E" not in text
 
 
+def test_top_k_one_is_greedy(anthropic_client: anthropic.Anthropic) -> None:
+    """`top_k: 1` keeps only the likeliest token: whatever the temperature, the greedy text."""
+    ask: list[MessageParam] = [{"role": "user", "content": "Name three colours."}]
+    greedy = anthropic_client.messages.create(
+        model=CHAT_MODEL, max_tokens=12, messages=ask, extra_body=GREEDY
+    )
+    top_1 = anthropic_client.messages.create(
+        model=CHAT_MODEL, max_tokens=12, messages=ask, extra_body={"temperature": 1.0, "top_k": 1}
+    )
+    assert top_1.content == greedy.content
+
+
+def test_output_format_constrains_the_text(anthropic_client: anthropic.Anthropic) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "maxLength": 20}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
+    out = anthropic_client.messages.create(
+        model=CHAT_MODEL,
+        max_tokens=60,
+        messages=[{"role": "user", "content": "Name a colour, as JSON."}],
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
+    check_message(out, 60)
+    assert out.stop_reason == "end_turn" and out.content[0].type == "text"
+    jsonschema.validate(json.loads(out.content[0].text), schema)
+
+
 def test_alias_and_unknown_fields(gateway: GatewayProcess) -> None:
     """An alias reaches the model (and is echoed back); unknown fields, `cache_control` and the
     SDK's version headers are accepted."""
@@ -439,6 +469,13 @@ def test_bad_requests_are_400(anthropic_client: anthropic.Anthropic) -> None:
             ]
         },
         {"messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+        {"messages": HELLO, "output_config": {"effort": "high"}},
+        {
+            "messages": HELLO,
+            "tools": TOOLS,
+            "output_format": {"type": "json_schema", "schema": WEATHER_SCHEMA},
+        },
+        {"messages": HELLO, "top_k": -1},
     ]
     for extra in bad:
         with pytest.raises(anthropic.BadRequestError) as info:

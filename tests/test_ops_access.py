@@ -55,7 +55,10 @@ HEADER_TRICKS: list[tuple[str, list[tuple[str, str | bytes]]]] = [
         [("Authorization", f"Bearer {ADMIN_KEY}"), ("Authorization", "Bearer nope-nope-nope")],
     ),
     ("x-api-key, wrong key", [("X-Api-Key", "sk-test-wrong-0123456789")]),
-    ("x-api-key disagreeing with Bearer", [("X-Api-Key", ADMIN_KEY), ("Authorization", "Bearer nope-nope-nope")]),
+    (
+        "x-api-key disagreeing with Bearer",
+        [("X-Api-Key", ADMIN_KEY), ("Authorization", "Bearer nope-nope-nope")],
+    ),
     ("api-key header", [("api-key", ADMIN_KEY)]),
     ("non-ascii", [("Authorization", f"Bearer {ADMIN_KEY}\u00e9".encode("latin-1"))]),
     ("proxy header", [("Proxy-Authorization", f"Bearer {ADMIN_KEY}")]),
