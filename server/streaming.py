@@ -87,7 +87,7 @@ async def sse_response(
 
 
 async def _frames(
-    first: Payload | None, payloads: AsyncIterator[Payload], dialect: SseDialect
+    first: Payload | None, payloads: AsyncIterator[Payload], dialect: SseDialect = OPENAI_SSE
 ) -> AsyncIterator[bytes]:
     """Body chunks: every frame queued by the time the previous write is done, joined.
     sse-starlette cancels this on disconnect or shutdown; closing the pump then cancels the
