@@ -185,6 +185,11 @@ class Delta:
     logprobs: list[TokenLogprob] | None = None
     tool_calls: list[ToolCallDelta] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
+    # The stop string that ended the sequence (finish_reason `stop`; None: end of generation).
+    # Anthropic's Messages API reports it as `stop_sequence`.
+    stop_sequence: str | None = None
+    # Prompt tokens served from the engine's prefix cache (None: the engine does not say).
+    cached_tokens: int | None = None
 
 
 @dataclass(slots=True)

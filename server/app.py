@@ -20,7 +20,7 @@ from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.routes import admin, chat, completions, embeddings, models, ops, tokenize
+from server.routes import admin, chat, completions, embeddings, messages, models, ops, tokenize
 from server.settings import Settings, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
@@ -76,7 +76,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, admin, ops, tokenize):
+    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -21,7 +21,16 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.ya
 
 
 DEFAULT_CORS_METHODS = ("GET", "POST", "OPTIONS")
-DEFAULT_CORS_HEADERS = ("Authorization", "Content-Type", "X-Request-Id")
+# The Anthropic SDK sends its key and version headers (and, from a browser, an opt-in header).
+DEFAULT_CORS_HEADERS = (
+    "Authorization",
+    "Content-Type",
+    "X-Request-Id",
+    "X-Api-Key",
+    "Anthropic-Version",
+    "Anthropic-Beta",
+    "Anthropic-Dangerous-Direct-Browser-Access",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ class StopMatcher:
         self._stops = [s for s in stops if s]
         self._include = include
         self._held = ""
+        self.matched: str | None = None  # the stop string that was hit, once one is
 
     def push(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, whether a stop string was hit)."""
@@ -42,6 +43,7 @@ class StopMatcher:
         if hits:
             self._held = ""
             start, length = min(hits)
+            self.matched = buf[start : start + length]
             return buf[: start + length if self._include else start], True
         hold = 0
         for stop in self._stops:

@@ -47,7 +47,7 @@ from server.ids import new_id
 from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
 from server.serving.resolve import resolve_model
 from server.serving.tally import Tally
-from server.streaming import sse_response
+from server.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,8 @@ class GenerationServing(Serving[BodyT]):
     task: ClassVar[Task | None] = "generate"
     # The id's prefix: "chatcmpl" gives `chatcmpl-<hex>`.
     id_prefix: ClassVar[str]
+    # How the stream reports a late failure and ends (OpenAI's `data: [DONE]`, or Anthropic's).
+    sse_dialect: ClassVar[SseDialect] = OPENAI_SSE
 
     def __init__(
         self,
@@ -158,13 +160,13 @@ class GenerationServing(Serving[BodyT]):
         requests = self.sequences()
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
-            return await sse_response(self.stream(deltas), self.request)
+            return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
         tally = await collect(self.request, deltas)
         if tally is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         return json_response(self.final_body(tally, len(requests)))
 
-    async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[str]:
+    async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
         """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
         async for index, delta in deltas:

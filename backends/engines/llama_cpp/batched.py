@@ -238,6 +238,7 @@ class BatchedLlamaCppEngine(Engine):
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             seq.slot, seq.fed = slot, keep
+            seq.out.builder.cached_tokens = keep
             running[slot] = seq
 
     def _fill(

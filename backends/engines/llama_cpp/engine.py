@@ -125,7 +125,7 @@ class LlamaCppEngine(Engine):
                 llm, job.prompt, sampling.prompt_logprobs
             )
         else:
-            sampling_lib.prefill(llm, job.prompt)
+            seq.builder.cached_tokens = sampling_lib.prefill(llm, job.prompt)
         ctx = llm._ctx.ctx
         while not cancel.is_set():
             token = job.sampler.sample(ctx)

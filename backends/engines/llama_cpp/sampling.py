@@ -322,13 +322,14 @@ def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[Tok
     return scored
 
 
-def prefill(llm: Any, tokens: list[int]) -> None:
+def prefill(llm: Any, tokens: list[int]) -> int:
     """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
     request (as `Llama.generate` does).
 
     At least `REEVALUATED` tokens are evaluated again: llama.cpp evaluates a lone token with other
     kernels than a batch, and its logits differ by up to 0.66 here (SmolLM2 Q8, measured), enough
-    to flip a greedy answer between a fresh prompt and the same prompt served from the cache."""
+    to flip a greedy answer between a fresh prompt and the same prompt served from the cache.
+    Returns how many prompt tokens came from the cache."""
     cached = llm.input_ids[: llm.n_tokens]
     shared = 0
     for a, b in zip(cached, tokens, strict=False):
@@ -340,4 +341,6 @@ def prefill(llm: Any, tokens: list[int]) -> None:
         llm.n_tokens = shared
     else:
         llm.reset()
-    llm.eval(tokens[llm.n_tokens :])
+    reused: int = llm.n_tokens
+    llm.eval(tokens[reused:])
+    return reused

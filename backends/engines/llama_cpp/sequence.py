@@ -67,7 +67,7 @@ class SequenceOutput:
             return True
         text, stopped = self._stops.push(self._utf8.push(piece))
         if stopped:
-            self._emit_last(text, "stop")
+            self._emit_last(text, "stop", self._stops.matched)
             return True
         if out.n_out >= self._budget:
             self._emit_last(text + self._stops.flush() + self._utf8.flush(), "length")
@@ -82,7 +82,7 @@ class SequenceOutput:
         tail, _ = self._stops.push(self._utf8.flush())
         self._emit_last(tail + self._stops.flush(), reason)
 
-    def _emit_last(self, text: str, reason: FinishReason) -> None:
-        delta = self.builder.delta(text, reason)
+    def _emit_last(self, text: str, reason: FinishReason, stop_sequence: str | None = None) -> None:
+        delta = self.builder.delta(text, reason, stop_sequence)
         assert delta is not None  # a finish reason always makes a delta
         self._emit(delta)

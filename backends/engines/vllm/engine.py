@@ -272,6 +272,8 @@ class VllmEngine(Engine):
                         piece = result.outputs[0]
                         if result.prompt_token_ids:
                             out.n_prompt = len(result.prompt_token_ids)
+                        if result.num_cached_tokens is not None:
+                            out.cached_tokens = result.num_cached_tokens
                         if sampling.prompt_logprobs is not None and result.prompt_logprobs:
                             out.prompt_logprobs = token_logprobs(
                                 pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
@@ -284,7 +286,9 @@ class VllmEngine(Engine):
                         self._stats.tokens_generated_total += len(piece.token_ids)
                         run.ended = result.finished
                         finish = _finish_reason(piece.finish_reason) if run.ended else None
-                        delta = out.delta(piece.text, finish)
+                        # vLLM's `stop_reason`: the stop string hit (str), a stop token id, or None.
+                        hit = piece.stop_reason if isinstance(piece.stop_reason, str) else None
+                        delta = out.delta(piece.text, finish, hit)
                         if delta is not None:
                             yield delta
             except EngineDeadError:
