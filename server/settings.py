@@ -20,6 +20,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.ya
 
 
 DEFAULT_CORS_METHODS = ("GET", "POST", "OPTIONS")
+DEFAULT_RESPONSES_MAX_AGE_S = 30 * 24 * 3600.0  # OpenAI keeps stored responses 30 days
+DEFAULT_RESPONSES_MAX_BYTES = 1 << 30
 DEFAULT_CORS_HEADERS = ("Authorization", "Content-Type", "X-Request-Id")
 
 
@@ -51,6 +53,9 @@ class Settings:
     sse_ping_s: float = 15.0
     # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
     drain_timeout_s: float = 30.0
+    # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
+    responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
+    responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES
 
 
 class ConfigError(ValueError):
