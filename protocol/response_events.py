@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from protocol.base import ResponseModel
-from protocol.responses import OutputItem, OutputTextContent, ResponseObject
+from protocol.response_items import OutputItem, OutputTextContent
+from protocol.responses import ResponseObject
 
 
 class ResponseEvent(ResponseModel):

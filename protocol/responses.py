@@ -1,25 +1,32 @@
-"""`POST /v1/responses`: the request, the conversation items, and the response object.
+"""`POST /v1/responses`: the request, the response object, and what the store keeps.
 
-The Responses API describes a conversation as a list of typed *items* (messages, function calls,
-function-call results) rather than chat messages. Here every item a request brings in, and every
-item the model produces, is normalised to one of four `ConversationItem` shapes (OpenAI's
-`ItemResource` shapes, with ids); they are what `input_items` lists, what a stored response keeps
-for `previous_response_id`, and what `engine_messages` turns into the engine's `ChatMessage`s, so
-both engines serve this endpoint through the same path as chat completions.
-
-The stream events live in `protocol/response_events.py`.
+The Responses API describes a conversation as typed *items* rather than chat messages; the request
+models here accept OpenAI's input forms and normalise them to the items of
+`protocol/response_items.py`, from which the engine gets ordinary chat turns. The stream events
+live in `protocol/response_events.py`.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_serializer
 
 from protocol.base import RequestModel, ResponseModel
 from protocol.errors import BadRequestError, OpenAIError, UnsupportedParameterError
-from protocol.generation import ChatMessage, SamplingParams, ToolCall, ToolsSpec
+from protocol.generation import SamplingParams, ToolsSpec
+from protocol.response_items import (
+    ConversationItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputMessageItem,
+    InputTextContent,
+    Item,
+    OutputItem,
+    OutputMessageItem,
+    OutputTextContent,
+    item_id,
+)
 from protocol.tools import (
     FUNCTION_NAME_PATTERN,
     FunctionDefinition,
@@ -29,7 +36,6 @@ from protocol.tools import (
     tools_spec,
 )
 
-ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
 
 # Content part types whose `text` is plain text a text-only model can read.
@@ -37,11 +43,6 @@ TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 MAX_METADATA_PAIRS = 16  # OpenAI's limits on `metadata`
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
-
-
-def item_id(prefix: str) -> str:
-    """OpenAI's id shape for items and responses: `msg_…`, `fc_…`, `resp_…`."""
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 class ResponseNotFoundError(OpenAIError):
@@ -55,121 +56,6 @@ class ResponseNotFoundError(OpenAIError):
     def for_id(cls, response_id: str, param: str | None = None) -> ResponseNotFoundError:
         what = "Previous response" if param == "previous_response_id" else "Response"
         return cls(f"{what} with id '{response_id}' not found.", param=param)
-
-
-# -- conversation items (stored, listed, and rendered for the engine) -----------------------------
-
-
-class InputTextContent(ResponseModel):
-    """A text part of a user, system or developer message."""
-
-    type: Literal["input_text"] = "input_text"
-    text: str
-
-
-class OutputTextContent(ResponseModel):
-    """The text part of an assistant message (no annotations or logprobs are produced)."""
-
-    type: Literal["output_text"] = "output_text"
-    text: str
-    annotations: list[Any] = Field(default_factory=list)
-    logprobs: list[Any] = Field(default_factory=list)
-
-
-class InputMessageItem(ResponseModel):
-    """A user, system or developer turn."""
-
-    id: str
-    type: Literal["message"] = "message"
-    role: Literal["user", "system", "developer"]
-    content: list[InputTextContent]
-    status: ItemStatus = "completed"
-
-
-class OutputMessageItem(ResponseModel):
-    """An assistant turn: generated here, or replayed by a client as input."""
-
-    id: str
-    type: Literal["message"] = "message"
-    role: Literal["assistant"] = "assistant"
-    content: list[OutputTextContent]
-    status: ItemStatus
-
-    def text(self) -> str:
-        return "".join(part.text for part in self.content)
-
-
-class FunctionCallItem(ResponseModel):
-    """A call the model made; `call_id` pairs it with its `function_call_output`."""
-
-    id: str
-    type: Literal["function_call"] = "function_call"
-    call_id: str
-    name: str
-    arguments: str
-    status: ItemStatus
-
-
-class FunctionCallOutputItem(ResponseModel):
-    """The result of a function call, as the client sent it back."""
-
-    id: str
-    type: Literal["function_call_output"] = "function_call_output"
-    call_id: str
-    output: str
-    status: ItemStatus = "completed"
-
-
-def _conversation_kind(value: Any) -> str:
-    """Both message shapes have `type: message`: the role tells them apart."""
-    get = value.get if isinstance(value, dict) else lambda k, d=None: getattr(value, k, d)
-    kind = str(get("type", "message"))
-    if kind == "message":
-        return "assistant" if get("role") == "assistant" else "message"
-    return kind
-
-
-# One conversation item, as code handles it (`ConversationItem` is the same, tagged for parsing).
-Item = InputMessageItem | OutputMessageItem | FunctionCallItem | FunctionCallOutputItem
-
-ConversationItem = Annotated[
-    Annotated[InputMessageItem, Tag("message")]
-    | Annotated[OutputMessageItem, Tag("assistant")]
-    | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
-    Discriminator(_conversation_kind),
-]
-OutputItem = Annotated[
-    Annotated[OutputMessageItem, Tag("assistant")] | Annotated[FunctionCallItem, Tag("function_call")],
-    Discriminator(_conversation_kind),
-]
-
-
-def engine_messages(instructions: str | None, items: list[Item]) -> list[ChatMessage]:
-    """The conversation as chat turns: instructions first (a system turn), function calls folded
-    into the assistant turn they follow (as chat's `tool_calls`), their outputs as `tool` turns."""
-    out = [ChatMessage(role="system", content=instructions)] if instructions else []
-    names: dict[str, str] = {}
-    for item in items:
-        if isinstance(item, InputMessageItem):
-            out.append(ChatMessage(role=item.role, content="".join(p.text for p in item.content)))
-        elif isinstance(item, OutputMessageItem):
-            out.append(ChatMessage(role="assistant", content=item.text()))
-        elif isinstance(item, FunctionCallItem):
-            names[item.call_id] = item.name
-            call = ToolCall(item.call_id, item.name, item.arguments)
-            last = out[-1] if out else None
-            if last is not None and last.role == "assistant":
-                last.tool_calls = [*(last.tool_calls or []), call]
-            else:
-                out.append(ChatMessage(role="assistant", content="", tool_calls=[call]))
-        else:
-            out.append(
-                ChatMessage(
-                    role="tool", content=item.output, name=names.get(item.call_id), tool_call_id=item.call_id
-                )
-            )
-    return out
 
 
 # -- request --------------------------------------------------------------------------------------

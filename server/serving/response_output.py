@@ -28,14 +28,14 @@ from protocol.response_events import (
     TextDeltaEvent,
     TextDoneEvent,
 )
-from protocol.responses import (
+from protocol.response_items import (
     FunctionCallItem,
     ItemStatus,
     OutputMessageItem,
     OutputTextContent,
-    ResponseObject,
     item_id,
 )
+from protocol.responses import ResponseObject
 
 LifecycleType = Literal[
     "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed"

@@ -23,11 +23,11 @@ from protocol.common import Usage
 from protocol.errors import EngineError, OpenAIError
 from protocol.generation import Delta, GenerateRequest, ToolCallDelta
 from protocol.response_events import ErrorEvent, ResponseEvent
+from protocol.response_items import Item, engine_messages, item_id
 from protocol.responses import (
     CreateResponseRequest,
     FunctionToolOut,
     IncompleteDetails,
-    Item,
     ResponseErrorOut,
     ResponseObject,
     ResponseStatus,
@@ -36,8 +36,6 @@ from protocol.responses import (
     TextConfigOut,
     TextFormatOut,
     ToolChoiceFunctionOut,
-    engine_messages,
-    item_id,
 )
 from server.fanout import merge
 from server.serving.base import GenerationServing, json_response

@@ -15,7 +15,8 @@ import pytest
 from backends.cluster.response_db import ResponseDB, StoreLimits
 from protocol.errors import BadRequestError
 from protocol.generation import Delta, ToolCallDelta
-from protocol.responses import CreateResponseRequest, engine_messages
+from protocol.response_items import engine_messages
+from protocol.responses import CreateResponseRequest
 from server.serving.response_output import OutputBuilder
 from tests.support.openapi import validate
 
