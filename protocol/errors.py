@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from protocol.text import printable
+
 
 class OpenAIError(Exception):
     """Base of every error a client can see: the HTTP status plus OpenAI's error body (`type`, `code`,
@@ -50,11 +52,12 @@ class OpenAIError(Exception):
         return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
     def to_body(self) -> dict[str, Any]:
+        # A message may quote client input: a lone surrogate in it would make the body unencodable.
         return {
             "error": {
-                "message": self.message,
+                "message": printable(self.message),
                 "type": self.error_type,
-                "param": self.param,
+                "param": None if self.param is None else printable(self.param),
                 "code": self.code,
             }
         }

@@ -10,7 +10,7 @@ from protocol.base import RequestModel, ResponseModel
 from protocol.chat import ChatMessageIn
 from protocol.errors import BadRequestError
 from protocol.generation import ChatMessage, TokenizeRequest, ToolsSpec
-from protocol.tools import ToolDefinition, tools_spec
+from protocol.tools import MAX_TOOLS, ToolDefinition, tools_spec
 
 
 class TokenizeBody(RequestModel):
@@ -23,7 +23,7 @@ class TokenizeBody(RequestModel):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     return_token_strs: bool = False
-    tools: list[ToolDefinition] | None = None
+    tools: list[ToolDefinition] | None = Field(None, max_length=MAX_TOOLS)
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 

@@ -13,9 +13,11 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from protocol.base import RequestModel, ResponseModel
 from protocol.generation import FunctionTool, TokenLogprob, ToolCall, ToolsSpec, TopLogprob
+from protocol.schema_limits import SchemaCost, check_schema, check_total, schema_cost
 
-# OpenAI's documented limit for function names.
+# OpenAI's documented limits for function names and the number of tools.
 FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+MAX_TOOLS = 128
 # OpenAI's value for "far outside the top alternatives"; JSON has no -Infinity.
 MIN_LOGPROB = -9999.0
 
@@ -31,6 +33,8 @@ class FunctionDefinition(RequestModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+
+    _bounded_schema = field_validator("parameters")(check_schema)
 
 
 class ToolDefinition(RequestModel):
@@ -55,6 +59,17 @@ class NamedToolChoice(RequestModel):
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+def check_tool_schemas(tools: list[ToolDefinition] | None) -> list[ToolDefinition] | None:
+    """The per-request schema bounds over every tool's parameters (each was checked alone)."""
+    if tools:
+        total = SchemaCost()
+        for tool in tools:
+            if tool.function.parameters is not None:
+                total = total + schema_cost(tool.function.parameters)
+        check_total(total)
+    return tools
 
 
 def tools_spec(
@@ -89,6 +104,8 @@ class JsonSchemaFormat(RequestModel):
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
+
+    _bounded_schema = field_validator("schema_")(check_schema)
 
 
 class ResponseFormat(RequestModel):

@@ -1,24 +1,34 @@
 """The admin key: when `--admin-key` (RAYGATE_ADMIN_KEY) is set, `/admin` wants it as a bearer
 token. Separate from client API keys on purpose: whoever may call a model may not redeploy it.
-Without a key `/admin` is open, like the rest of a gateway that listens on 127.0.0.1 by default.
+Without a key `/admin` is open; `raygate serve` refuses to listen beyond loopback that way unless
+told to (`--allow-open-admin`, server/exposure.py).
+
+The header is parsed exactly as on `/v1` (server/auth.py `bearer_token`: one header, `Bearer`,
+no padding), and compared as SHA-256 digests in constant time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from fastapi import Request
 
 from protocol.errors import AuthenticationError
+from server.auth import bearer_token
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
 
 async def require_admin_key(request: Request) -> None:
     expected: str | None = request.app.state.settings.admin_key
     if not expected:
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+    token = bearer_token(request.headers.getlist("authorization"), what="admin key")
+    if not hmac.compare_digest(_digest(token), _digest(expected)):
         raise AuthenticationError(
-            "Missing or incorrect admin key: send it as `Authorization: Bearer <admin key>` "
+            "Incorrect admin key: send it as `Authorization: Bearer <admin key>` "
             "(raygate CLI: --admin-key or RAYGATE_ADMIN_KEY)."
         )

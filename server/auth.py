@@ -29,13 +29,15 @@ from protocol.base import StrictModel
 from protocol.errors import AuthenticationError, PermissionDeniedError, RateLimitError
 from server.settings import ConfigError
 
+MIN_KEY_CHARS = 8
+
 
 class KeyEntry(StrictModel):
     """One entry of the keys file. Strict, so a misspelt `models` or rate field fails at start instead of
     silently granting more."""
 
     name: str | None = Field(None, description="Label for logs and metrics (default: digest prefix).")
-    key: str = Field(min_length=8, description="The bearer token clients send.")
+    key: str = Field(min_length=MIN_KEY_CHARS, description="The bearer token clients send.")
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
 
@@ -81,6 +83,21 @@ class ApiKey:
         return self.models is None or any(m in self.models for m in model_ids)
 
 
+def bearer_token(authorization: list[str], what: str = "API key") -> str:
+    """The token of exactly one `Authorization: Bearer <token>` header (the scheme in any case, one
+    space, no padding), else 401. `/v1` and `/admin` parse it with this one function."""
+    if len(authorization) != 1:
+        raise AuthenticationError(
+            f"You didn't provide an {what}. Send it as `Authorization: Bearer YOUR_KEY`."
+            if not authorization
+            else "Send exactly one Authorization header."
+        )
+    scheme, _, token = authorization[0].partition(" ")
+    if scheme.lower() != "bearer" or not token or token != token.strip() or " " in token:
+        raise AuthenticationError(f"Send the {what} as `Authorization: Bearer YOUR_KEY`.")
+    return token
+
+
 def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
@@ -121,7 +138,16 @@ class KeyStore:
 
     @classmethod
     def from_settings(cls, keys: tuple[str, ...], keys_file: Path | None) -> KeyStore:
-        entries = [KeyEntry(key=k, name=None, models=None, requests_per_minute=None) for k in keys if k]
+        entries = []
+        for i, k in enumerate(key for key in keys if key):
+            try:
+                entries.append(KeyEntry(key=k, name=None, models=None, requests_per_minute=None))
+            except ValidationError:
+                # pydantic's message quotes the input: say what is wrong, never the key itself.
+                raise ConfigError(
+                    f"API key #{i + 1} (--api-key / RAYGATE_API_KEYS) is too short: keys need at "
+                    f"least {MIN_KEY_CHARS} characters"
+                ) from None
         if keys_file is not None:
             entries += load_keys_file(keys_file)
         return cls(entries)
@@ -140,16 +166,7 @@ class KeyStore:
 
     def authenticate(self, authorization: list[str]) -> ApiKey:
         """Check the `Authorization` header values of a request; raise 401 or 429."""
-        if len(authorization) != 1:
-            raise AuthenticationError(
-                "You didn't provide an API key. Send it as `Authorization: Bearer YOUR_KEY`."
-                if not authorization
-                else "Send exactly one Authorization header."
-            )
-        scheme, _, token = authorization[0].partition(" ")
-        if scheme.lower() != "bearer" or not token or token != token.strip() or " " in token:
-            raise AuthenticationError("Send the API key as `Authorization: Bearer YOUR_KEY`.")
-        key = self._lookup(token)
+        key = self._lookup(bearer_token(authorization))
         if key is None:
             raise AuthenticationError("Incorrect API key provided.")
         if key.bucket is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -79,7 +80,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--admin-key",
         default=os.environ.get("RAYGATE_ADMIN_KEY") or None,
-        help="require this bearer token on /admin (env RAYGATE_ADMIN_KEY; default: /admin is open)",
+        help="require this bearer token on /admin, at least 8 characters (env RAYGATE_ADMIN_KEY; "
+        "default: /admin is open, which only a loopback --host allows without --allow-open-admin)",
+    )
+    serve.add_argument(
+        "--allow-open-admin",
+        action="store_true",
+        default=os.environ.get("RAYGATE_ALLOW_OPEN_ADMIN", "").lower() in ("1", "true", "yes"),
+        help="listen beyond loopback with no admin key: anyone who can connect may deploy and remove "
+        "models (env RAYGATE_ALLOW_OPEN_ADMIN=1; default: refuse to start that way)",
     )
     serve.add_argument(
         "--ray-namespace",
@@ -171,6 +180,28 @@ def _add_operations_options(serve: argparse.ArgumentParser) -> None:
         help="larger request bodies get 413 (env RAYGATE_MAX_BODY_BYTES; default: %(default)s)",
     )
     ops.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=int(os.environ.get("RAYGATE_MAX_HEADER_BYTES", str(64 * 1024))),
+        help="a larger request line + headers gets 431 and the connection is closed "
+        "(env RAYGATE_MAX_HEADER_BYTES; default: %(default)s)",
+    )
+    ops.add_argument(
+        "--header-timeout",
+        type=float,
+        default=_env_float("RAYGATE_HEADER_TIMEOUT", 10.0),
+        help="seconds a client has to send a request's headers, from connecting (or from the end of "
+        "its previous request); then 408, or a plain close if it sent nothing (env "
+        "RAYGATE_HEADER_TIMEOUT; default: %(default)s)",
+    )
+    ops.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        default=int(os.environ.get("RAYGATE_KEEP_ALIVE_TIMEOUT", "5")),
+        help="seconds an idle kept-alive connection stays open between requests "
+        "(env RAYGATE_KEEP_ALIVE_TIMEOUT; default: %(default)s)",
+    )
+    ops.add_argument(
         "--ttft-timeout",
         type=float,
         default=_env_float("RAYGATE_TTFT_TIMEOUT", None),
@@ -206,6 +237,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import build_app
+    from server.exposure import check_exposure
+    from server.http_limits import limited_protocol
     from server.lifecycle import STOP_GRACE_S, DrainingServer
     from server.logs import configure_logging
 
@@ -230,11 +263,17 @@ def _serve(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
         sse_ping_s=args.sse_ping_seconds,
         drain_timeout_s=args.drain_timeout,
+        allow_open_admin=args.allow_open_admin,
+        max_header_bytes=args.max_header_bytes,
+        header_timeout_s=args.header_timeout,
+        keep_alive_timeout_s=args.keep_alive_timeout,
         responses_max_age_s=args.responses_max_age,
         responses_max_bytes=args.responses_max_bytes,
     )
     configure_logging(args.log_level, args.log_format)
     try:
+        for warning in check_exposure(settings, bool(settings.api_keys or settings.api_keys_file)):
+            logging.getLogger("server.exposure").warning("%s", warning)
         app = build_app(settings)
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
@@ -252,6 +291,9 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,  # uvicorn's records go through our handler (request id, JSON)
         access_log=False,  # server/middleware.py writes the access log, with the request id
         timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
+        http=limited_protocol(settings.max_header_bytes, settings.header_timeout_s),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     DrainingServer(config, app.state.lifecycle).run()
     return 0

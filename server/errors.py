@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
+from protocol.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ def validation_error(errors: list[Any]) -> BadRequestError:
     parts: list[str] = []
     param: str | None = None
     for err in errors[:MAX_REPORTED_ERRORS]:
-        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        # A location may hold a client's dict key: escape what UTF-8 cannot carry.
+        loc = [printable(str(p)) for p in err.get("loc", ()) if p != "body"]
         if err.get("type") == "json_invalid":
             parts.append("The request body is not valid JSON.")
             continue
@@ -44,7 +46,9 @@ def validation_error(errors: list[Any]) -> BadRequestError:
             continue
         field = ".".join(loc) or "body"
         param = param or (loc[0] if loc else None)
-        msg = str(err.get("msg", "invalid value"))
+        msg = printable(str(err.get("msg", "invalid value")))
+        if err.get("type") == "string_unicode":  # pydantic's own check, on constrained strings
+            msg = "invalid Unicode: a lone surrogate (U+D800-U+DFFF); text must be valid UTF-8"
         parts.append(f"{field}: {'Field required' if err.get('type') == 'missing' else msg}")
     if len(errors) > MAX_REPORTED_ERRORS:
         parts.append(f"(and {len(errors) - MAX_REPORTED_ERRORS} more)")

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from backends.cluster.state_file import StateFileError, load_specs, state_file
 from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
+from protocol.base import describe_errors
 from protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
@@ -53,6 +54,12 @@ class Settings:
     sse_ping_s: float = 15.0
     # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
     drain_timeout_s: float = 30.0
+    # Exposure: listening beyond loopback without an admin key needs this (server/exposure.py).
+    allow_open_admin: bool = False
+    # HTTP: the request head's size and time limits, and idle keep-alive (server/http_limits.py).
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0
+    keep_alive_timeout_s: int = 5
     # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
     responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
     responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES
@@ -70,7 +77,7 @@ def load_config(path: Path) -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config {path}:\n{exc}") from exc
+        raise ConfigError(f"invalid config {path}:\n{describe_errors(exc)}") from None
 
 
 def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:

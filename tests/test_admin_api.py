@@ -158,6 +158,8 @@ def test_update_rolls_to_a_new_spec_and_a_broken_one_keeps_the_old(
     r = httpx.put(f"{url}/admin/deployments/{name}", json=embed_spec(name, aliases=["lc-upd"]))
     assert r.status_code == 202
     assert r.json()["replicas"][0]["id"] == first["replicas"][0]["id"]
+    status = wait_deployment(url, name, lambda s: settled_ready(1)(s) and s["spec"]["aliases"] == ["lc-upd"])
+    assert status["replicas"][0]["id"] == first["replicas"][0]["id"]
     assert len(client.embeddings.create(model="lc-upd", input="x").data[0].embedding) == 384
 
     # Engine change: a new replica loads, then the old one drains.

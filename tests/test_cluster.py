@@ -71,7 +71,14 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
         cluster.stop()
 
 
-def test_placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> None:
+def test_two_gateways_then_losing_a_node(two_nodes: TwoNodes) -> None:
+    """One test, in this order: the node loss ends the cluster that the first part uses, so as two
+    tests a random order would break them."""
+    placement_and_two_gateways_share_one_registry(two_nodes)
+    losing_a_node_fails_its_replica_cleanly(two_nodes)
+
+
+def placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> None:
     first, second = two_nodes.first, two_nodes.second
     nodes = two_nodes.cluster.alive_nodes()
     assert len(nodes) == 2
@@ -85,11 +92,10 @@ def test_placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> N
     assert listed == deployments(second.url)  # one registry, seen from both gateways
 
     for gw in (first, second):
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=60)
-        assert {m.id for m in client.models.list()} == {"cl-head", "cl-side"}
-        for model in ("cl-head", "cl-side"):
-            assert len(client.embeddings.create(model=model, input="hello").data[0].embedding) == 384
-        client.close()
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
+            assert {m.id for m in client.models.list()} == {"cl-head", "cl-side"}
+            for model in ("cl-head", "cl-side"):
+                assert len(client.embeddings.create(model=model, input="hello").data[0].embedding) == 384
 
     # Deployed through the second gateway, served by the first; removed through the first.
     assert httpx.post(f"{second.url}/admin/deployments", json=embed_spec("cl-extra")).status_code == 202
@@ -97,21 +103,23 @@ def test_placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> N
     r = httpx.post(f"{first.url}/v1/embeddings", json={"model": "cl-extra", "input": "shared"})
     assert r.status_code == 200, r.text
     assert httpx.delete(f"{first.url}/admin/deployments/cl-extra").status_code == 200
+    # The second gateway learns of it through its watch of the registry: wait for its own view.
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        r = httpx.post(f"{second.url}/v1/embeddings", json={"model": "cl-extra", "input": "gone"})
-        if r.status_code == 404:
-            break
+    while httpx.get(f"{second.url}/v1/models/cl-extra").status_code != 404:
+        assert time.monotonic() < deadline, "the second gateway still knows cl-extra"
         time.sleep(0.2)
+    r = httpx.post(f"{second.url}/v1/embeddings", json={"model": "cl-extra", "input": "gone"})
     assert r.status_code == 404, r.text
 
 
-def test_losing_a_node_fails_its_replica_cleanly(two_nodes: TwoNodes) -> None:
+def losing_a_node_fails_its_replica_cleanly(two_nodes: TwoNodes) -> None:
     first, second = two_nodes.first, two_nodes.second
     side = two_nodes.cluster.nodes[1]
     side.signal(signal.SIGKILL)  # the raylet and everything on that node die at once
 
+    # Each gateway's own view (asking the controller refreshes that gateway's routes).
     status = wait_deployment(first.url, "cl-side", lambda s: s["state"] == "failed", timeout=90)
+    wait_deployment(second.url, "cl-side", lambda s: s["state"] == "failed", timeout=90)
     replica = status["replicas"][0]
     assert replica["state"] == "failed"
     assert "node" in replica["error"] and "died" in replica["error"], replica["error"]

@@ -24,8 +24,8 @@ import pytest
 from tests.conftest import CHAT_MODEL
 from tests.support.admin import chat_spec, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess
-from tests.test_structured_output import PERSON
-from tests.test_tools import PARAMS, TOOLS
+from tests.test_structured_output import PERSON, PERSON_MAX_TOKENS
+from tests.test_tools import CALL_TOKENS, PARAMS, TOOLS
 
 BATCHED = "lc-batched"
 # The one-sequence and the batched engine give the same numbers when a prompt is evaluated the
@@ -78,7 +78,7 @@ async def _json(c: openai.AsyncOpenAI, model: str) -> None:
     out = await c.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Describe a person called Ada as JSON."}],
-        max_tokens=120,
+        max_tokens=PERSON_MAX_TOKENS,  # the schema's longest answer: it ends by itself
         temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
     )
@@ -88,7 +88,13 @@ async def _json(c: openai.AsyncOpenAI, model: str) -> None:
 
 async def _required_call_streamed(c: openai.AsyncOpenAI, model: str) -> None:
     stream = await c.chat.completions.create(
-        model=model, messages=WEATHER_ASK, tools=TOOLS, tool_choice="required", max_tokens=60, stream=True
+        model=model,
+        messages=WEATHER_ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=CALL_TOKENS,
+        stream=True,
     )
     pieces, finishes = [], []
     async for chunk in stream:
@@ -109,7 +115,8 @@ async def _named_call(c: openai.AsyncOpenAI, model: str) -> None:
         messages=WEATHER_ASK,
         tools=TOOLS,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
-        max_tokens=60,
+        parallel_tool_calls=False,
+        max_tokens=CALL_TOKENS,
         seed=11,
     )
     choice = out.choices[0]

@@ -80,14 +80,18 @@ def test_completions_logprobs(client: openai.OpenAI) -> None:
     lp = out.choices[0].logprobs
     assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs and lp.text_offset
     assert "".join(lp.tokens) == out.choices[0].text
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 5
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    # Five unless the model ended its text first (where it does depends on the CPU's numbers).
+    assert len(lp.tokens) == 5 if out.choices[0].finish_reason == "length" else 1 <= len(lp.tokens) <= 5
     assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
     for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert logprob is not None and logprob <= 0
         assert token in top and 2 <= len(top) <= 3  # the sampled token is always listed
 
     zero = client.completions.create(model=CHAT_MODEL, prompt="One,", max_tokens=2, logprobs=0)
-    assert zero.choices[0].logprobs is not None and len(zero.choices[0].logprobs.tokens or []) == 2
+    assert zero.choices[0].logprobs is not None
+    n = len(zero.choices[0].logprobs.tokens or [])
+    assert n == 2 if zero.choices[0].finish_reason == "length" else 1 <= n <= 2
 
 
 def test_completions_echo_scores_the_prompt(client: openai.OpenAI) -> None:
@@ -131,8 +135,10 @@ def test_completions_logprobs_stream(client: openai.OpenAI) -> None:
         for o in c.choices[0].logprobs.text_offset or []
     ]
     text = "".join(c.choices[0].text for c in chunks if c.choices)
-    assert "".join(tokens) == text and len(tokens) == 4
-    assert offsets == [len("".join(tokens[:i])) for i in range(4)]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert "".join(tokens) == text and 1 <= len(tokens) <= 4
+    assert (finish == ["length"] and len(tokens) == 4) or finish == ["stop"]
+    assert offsets == [len("".join(tokens[:i])) for i in range(len(tokens))]
 
 
 def test_top_logprobs_needs_logprobs(base_url: str) -> None:

@@ -8,7 +8,6 @@ to the session's Ray."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 import ray
 
 from tests.support.gateway import REPO, start_gateway
+from tests.support.ops import wait_for
 from tests.test_ops_faults import StreamReader
 
 DRAIN_CONFIG = REPO / "tests" / "configs" / "drain.yaml"
@@ -72,7 +72,9 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
             s.start()
             assert s.first.wait(30) and s.status == 200, s.error
         gw.proc.terminate()
-        time.sleep(0.3)  # the signal handler runs between two event-loop steps
+        # The signal handler runs between two event-loop steps (later on a busy machine): wait for
+        # the gateway to say it drains, well within the 4 s drain timeout.
+        wait_for(lambda: httpx.get(f"{gw.url}/ready", timeout=10).status_code == 503, 3, 0.02, "draining")
 
         ready = httpx.get(f"{gw.url}/ready", timeout=10)
         assert ready.status_code == 503 and ready.json()["error"]["code"] == "draining"

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
+from tests.support.structured import penalty_must_change
 
 ASK: list[Any] = [{"role": "user", "content": "Name a fruit."}]
 
@@ -55,24 +56,30 @@ def test_bad_logit_bias_is_400(base_url: str, bias: dict[str, float]) -> None:
     assert r.json()["error"]["param"] == "logit_bias"
 
 
-def test_frequency_penalty_changes_a_repetitive_greedy_text(client: openai.OpenAI) -> None:
-    def say(**kw: float) -> str:
-        return (
-            client.completions.create(
-                model=CHAT_MODEL,
-                prompt="la la la la la la",
-                max_tokens=12,
-                temperature=0,
-                **kw,  # type: ignore[arg-type]
-            )
-            .choices[0]
-            .text
-        )
+def test_penalties_change_a_greedy_text_they_must_change(client: openai.OpenAI) -> None:
+    """Greedy decoding, so any difference comes from the penalty. Whether a penalty changes a
+    greedy text depends on the text, which depends on the CPU: of a few prompts, the test takes
+    one whose greedy text, by its own logprobs, a penalty of 2 must change
+    (tests/support/structured.py), then checks that it does."""
 
-    plain = say()
-    assert say(frequency_penalty=2.0) != plain
-    assert say(presence_penalty=2.0) != plain
-    assert say(frequency_penalty=0.0) == plain
+    def say(prompt: str, **kw: float) -> Any:
+        return client.completions.create(
+            model=CHAT_MODEL, prompt=prompt, max_tokens=12, temperature=0, logprobs=5, **kw
+        ).choices[0]
+
+    for prompt in ("la la la la la la", "1, 2, 1, 2, 1, 2,", "My favourite things are", "Once upon a time"):
+        plain = say(prompt)
+        lp = plain.logprobs
+        assert lp is not None and lp.tokens and lp.top_logprobs
+        if penalty_must_change(lp.tokens, lp.top_logprobs, frequency=2.0) and penalty_must_change(
+            lp.tokens, lp.top_logprobs, presence=2.0
+        ):
+            break
+    else:
+        raise AssertionError("no prompt's greedy text is one a penalty must change")
+    assert say(prompt, frequency_penalty=2.0).text != plain.text
+    assert say(prompt, presence_penalty=2.0).text != plain.text
+    assert say(prompt, frequency_penalty=0.0).text == plain.text
 
 
 def test_suffix_needs_a_fill_in_the_middle_model(client: openai.OpenAI) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -22,6 +23,15 @@ from tests.support.gateway import RAYGATE, start_gateway
 NAMESPACE = "raygate-restart-test"
 ADMIN_KEY = "admin-s3cret"
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+HI: list[Any] = [{"role": "user", "content": "hi"}]
+
+
+def wait_ready(url: str, timeout: float = 120) -> None:
+    """The gateway's own readiness: every model it serves has a ready replica."""
+    deadline = time.monotonic() + timeout
+    while (r := httpx.get(f"{url}/ready", timeout=30)).status_code != 200:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.2)
 
 
 def kill_controller() -> None:
@@ -80,6 +90,7 @@ def test_registry_survives_gateway_and_controller_restarts(
         )
         added = raygate("deploy", "--spec", str(spec), url=gw.url, env=env)
         assert added.returncode == 0, added.stderr
+        wait_deployment(gw.url, "rs-chat", settled_ready(1), headers=AUTH)
         saved = json.loads((state_dir / "registry.json").read_text())
         assert [d["name"] for d in saved["deployments"]] == ["rs-embed", "rs-chat"]
         assert saved["deployments"][1]["aliases"] == ["rs"]
@@ -97,26 +108,26 @@ def test_registry_survives_gateway_and_controller_restarts(
     gw = start_gateway(["--config", str(ignored), "--admin-key", ADMIN_KEY, *args], tmp_path / "second.log")
     try:
         assert "registry restored from" in gw.log()
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=120)
-        assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
-        assert len(client.embeddings.create(model="rs-embed", input="back again").data[0].embedding) == 384
-        reply = client.chat.completions.create(
-            model="rs", messages=[{"role": "user", "content": "hi"}], max_tokens=5
-        )
-        assert reply.choices[0].finish_reason in ("stop", "length")
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+            assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
+            assert (
+                len(client.embeddings.create(model="rs-embed", input="back again").data[0].embedding) == 384
+            )
+            reply = client.chat.completions.create(model="rs", messages=HI, max_tokens=5)
+            assert reply.choices[0].finish_reason in ("stop", "length")
 
-        # The controller dies while the gateway runs: the gateway recreates it from the file.
-        kill_controller()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            ids = {m["id"] for m in httpx.get(f"{gw.url}/v1/models").json()["data"]}
-            if ids == {"rs-embed", "rs-chat", "rs"}:
-                break
-            time.sleep(0.3)
-        assert ids == {"rs-embed", "rs-chat", "rs"}
-        wait_deployment(gw.url, "rs-chat", settled_ready(1), headers=AUTH)
-        assert len(client.embeddings.create(model="rs-embed", input="and again").data) == 1
-        client.close()
+            # The controller dies while the gateway runs: the gateway recreates it from the file,
+            # whose models load again. Until the new controller says they are ready (the admin
+            # API asks it, 503 while there is none, and the gateway's routes follow), requests
+            # would get 503 "loading": wait for that, then for the gateway's own /ready.
+            kill_controller()  # returns once the old controller and its replicas are gone
+            for name in ("rs-embed", "rs-chat"):
+                wait_deployment(gw.url, name, settled_ready(1), headers=AUTH)
+            wait_ready(gw.url)
+            assert {m.id for m in client.models.list()} == {"rs-embed", "rs-chat", "rs"}
+            assert len(client.embeddings.create(model="rs-embed", input="and again").data) == 1
+            reply = client.chat.completions.create(model="rs", messages=HI, max_tokens=5)
+            assert reply.choices[0].finish_reason in ("stop", "length")
     finally:
         assert gw.stop() == 0, gw.log()[-3000:]
 

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 import ray
 
+from backends.cluster import embedded
+
 NAMESPACE = "raygate"
 
 
@@ -31,12 +33,15 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
         # jobs: niced, a replica got a few percent of a shared core against any normal process
         # and its TTFT went from ~20 ms to 30-600 ms (measured with bench/ on 2 busy cores).
         os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(
+        # What a gateway that was killed left behind goes first; this one's is watched (embedded.py).
+        embedded.reap_stale()
+        context = ray.init(
             namespace=namespace,
             include_dashboard=False,
             num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray types it int; it takes a float
             log_to_driver=True,
         )
+        embedded.guard(context.address_info["session_dir"])  # type: ignore[attr-defined]
 
 
 @contextmanager

@@ -24,7 +24,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from backends.cluster.deployment import Deployment
-from backends.cluster.placement import check_feasible
+from backends.cluster.placement import check_feasible, invalid_options
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
 from backends.engines.model_files import ModelFileError, resolve_model_file
@@ -132,7 +132,12 @@ class Controller:
         self._check_ids(spec)  # another deploy may have taken the name while we validated
         deployment = Deployment(spec, self._on_change)
         self._deployments[spec.name] = deployment
-        deployment.reconcile()
+        try:
+            deployment.reconcile()
+        except Exception as exc:  # nothing was persisted yet: leave the registry as it was
+            del self._deployments[spec.name]
+            await deployment.undeploy(0)
+            raise BadRequestError(f"Cannot start replicas for `{spec.name}`: {exc}", param="name") from None
         self._on_change(True)
         log.info("deployed %s (%d replica(s))", spec.name, spec.replicas)
         return deployment.status()
@@ -210,6 +215,9 @@ class Controller:
                 await asyncio.to_thread(resolve_model_file, spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise BadRequestError(str(exc), param="source") from None
+        bad = invalid_options(spec)
+        if bad is not None:
+            raise BadRequestError(f"Invalid resources: {bad}.", param="resources")
         why = await check_feasible(spec)
         if why is not None:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")

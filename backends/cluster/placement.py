@@ -31,6 +31,26 @@ def infeasible_reason(demand: dict[str, float], nodes: list[dict[str, Any]]) -> 
     )
 
 
+class _Probe:
+    """Stands in for the replica class: `.options()` validates without starting anything."""
+
+
+def invalid_options(spec: ModelConfig) -> str | None:
+    """Why Ray would refuse the replicas' actor options (e.g. a resource amount finer than 0.0001),
+    or None. Checked before the registry changes: refused when the replicas start, the deployment
+    would already be recorded as failed."""
+    try:
+        ray.remote(_Probe).options(
+            num_cpus=spec.num_cpus,
+            num_gpus=spec.num_gpus,
+            resources=spec.resources or None,
+            runtime_env={"env_vars": spec.env} if spec.env else None,
+        )
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
 async def check_feasible(spec: ModelConfig) -> str | None:
     nodes = await asyncio.to_thread(ray.nodes)  # a GCS round trip: keep it off the event loop
     return infeasible_reason(replica_demand(spec), nodes)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from protocol.base import describe_errors
 from protocol.config import ModelConfig
 
 STATE_FILE = "registry.json"
@@ -43,7 +44,9 @@ def load_specs(state_dir: Path) -> list[ModelConfig] | None:
     try:
         return [ModelConfig.model_validate(d) for d in raw.get("deployments", [])]
     except ValidationError as exc:
-        raise StateFileError(f"registry {path} holds an invalid deployment:\n{exc}") from exc
+        raise StateFileError(
+            f"registry {path} holds an invalid deployment:\n{describe_errors(exc)}"
+        ) from None
 
 
 def save_specs(state_dir: Path, specs: list[ModelConfig]) -> None:

