@@ -21,6 +21,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.ya
 
 
 DEFAULT_CORS_METHODS = ("GET", "POST", "OPTIONS")
+DEFAULT_RESPONSES_MAX_AGE_S = 30 * 24 * 3600.0  # OpenAI keeps stored responses 30 days
+DEFAULT_RESPONSES_MAX_BYTES = 1 << 30
 # The Anthropic SDK sends its key and version headers (and, from a browser, an opt-in header).
 DEFAULT_CORS_HEADERS = (
     "Authorization",
@@ -67,6 +69,9 @@ class Settings:
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
+    # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
+    responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
+    responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES
 
 
 class ConfigError(ValueError):
