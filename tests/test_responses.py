@@ -18,10 +18,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tests.conftest import CHAT_MODEL
 from tests.support.openapi import validate
+from tests.support.structured import max_json_bytes
 
 WEATHER_PARAMS: dict[str, Any] = {
     "type": "object",
@@ -304,15 +305,23 @@ def test_parallel_tool_calls_false_allows_one_call(base_url: str) -> None:
 
 
 class Person(BaseModel):
-    name: str
-    age: int
+    name: str = Field(max_length=20)
+    age: int = Field(ge=0, le=150)
+
+
+# The longest answer PERSON allows: the budget that lets any CPU's greedy text end by itself.
+PERSON_BUDGET = max_json_bytes(PERSON)
 
 
 def test_json_schema_output(client: openai.OpenAI, base_url: str) -> None:
     fmt = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
     body = post(
         base_url,
-        {"input": "Describe a person called Ada as JSON.", "text": {"format": fmt}, "max_output_tokens": 80},
+        {
+            "input": "Describe a person called Ada as JSON.",
+            "text": {"format": fmt},
+            "max_output_tokens": PERSON_BUDGET,
+        },
     ).json()
     validate(body, "Response")
     assert body["status"] == "completed"
@@ -320,12 +329,16 @@ def test_json_schema_output(client: openai.OpenAI, base_url: str) -> None:
     jsonschema.validate(json.loads(body["output"][0]["content"][0]["text"]), PERSON)
 
     parsed = client.responses.parse(
-        model=CHAT_MODEL, input="Describe a person called Ada.", text_format=Person, max_output_tokens=80
+        model=CHAT_MODEL,
+        input="Describe a person called Ada.",
+        text_format=Person,
+        max_output_tokens=PERSON_BUDGET,
     )
     assert isinstance(parsed.output_parsed, Person)
 
     streamed = sse_events(
-        base_url, {"input": "Describe Bob as JSON.", "text": {"format": fmt}, "max_output_tokens": 80}
+        base_url,
+        {"input": "Describe Bob as JSON.", "text": {"format": fmt}, "max_output_tokens": PERSON_BUDGET},
     )
     final = check_event_grammar(streamed)
     jsonschema.validate(json.loads(final["output"][0]["content"][0]["text"]), PERSON)
@@ -351,7 +364,7 @@ def test_chat_json_object_with_schema_is_a_constraint(base_url: str) -> None:
         json={
             "model": CHAT_MODEL,
             "messages": [{"role": "user", "content": "Describe a person called Ada as JSON."}],
-            "max_tokens": 80,
+            "max_tokens": PERSON_BUDGET,
             "response_format": {"type": "json_object", "schema": PERSON},
         },
         timeout=120,

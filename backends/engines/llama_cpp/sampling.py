@@ -32,10 +32,10 @@ from typing import Any
 import llama_cpp
 import numpy as np
 from llama_cpp._internals import LlamaSampler
-from llama_cpp.llama_grammar import SchemaConverter
+from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
 from backends.engines import tool_calls
-from backends.engines.llama_cpp import gbnf
+from backends.engines.llama_cpp import gbnf, int_range
 from backends.engines.llama_cpp.token_mask import TokenMask
 from protocol.errors import BadRequestError
 from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
@@ -47,8 +47,26 @@ REEVALUATED = 2
 PENALTY_LAST_N = 64
 
 
+class _Converter(SchemaConverter):
+    """llama-cpp-python's converter, plus integer bounds (it leaves them as a TODO): see int_range."""
+
+    def visit(self, schema: dict[str, Any], name: str) -> str:
+        if schema.get("type") == "integer" and int_range.has_bounds(schema):
+            lo, hi = int_range.bounds(schema)
+            rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+            rule = int_range.range_rule(lo, hi) + " space"
+            return str(self._add_rule(rule_name, rule))  # type: ignore[no-untyped-call]
+        return str(super().visit(schema, name))  # type: ignore[no-untyped-call]
+
+    def format_grammar(self) -> str:
+        """JSON strings hold no raw control characters; the converter's `char` rule allowed them
+        (a raw newline inside a string made an answer that `json.loads` refuses)."""
+        grammar = str(super().format_grammar())  # type: ignore[no-untyped-call]
+        return grammar.replace('char ::= [^"\\\\] |', 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |', 1)
+
+
 def _converter() -> SchemaConverter:
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
 
 
 def _schema_grammar(schema: dict[str, Any]) -> str:
