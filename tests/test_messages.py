@@ -21,7 +21,7 @@ from anthropic.types import Message, MessageParam, RawMessageStreamEvent, ToolPa
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.gateway import GatewayProcess
-from tests.support.ops import ADMIN_KEY, LIMITED_KEY, MAX_BODY, SMOLLM_KEY, metric, scrape
+from tests.support.ops import ADMIN_KEY, MAX_BODY, MESSAGES_LIMITED_KEY, SMOLLM_KEY, metric, scrape
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -583,7 +583,7 @@ def test_key_without_access_is_403(ops_gateway: GatewayProcess) -> None:
 
 
 def test_rate_limited_key_is_429(ops_gateway: GatewayProcess) -> None:
-    with anthropic.Anthropic(base_url=ops_gateway.url, api_key=LIMITED_KEY, max_retries=0) as slow:
+    with anthropic.Anthropic(base_url=ops_gateway.url, api_key=MESSAGES_LIMITED_KEY, max_retries=0) as slow:
         with pytest.raises(anthropic.RateLimitError) as info:
             for _ in range(4):  # 2 requests per minute, however many were spent before
                 slow.messages.count_tokens(model="smollm2", messages=HELLO)

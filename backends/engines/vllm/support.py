@@ -80,6 +80,10 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
+    constraint = structured_outputs(sampling, tools)
+    # As on llama.cpp: a grammar's end is never held off. Ignoring EOS (or requiring more tokens)
+    # past a complete grammar would let vLLM write on outside it.
+    hold_eos = constraint is None
     return VllmSamplingParams(
         n=1,
         max_tokens=max_tokens,
@@ -91,8 +95,8 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
         stop=list(sampling.stop) or None,
         stop_token_ids=list(sampling.stop_token_ids) or None,
         include_stop_str_in_output=sampling.include_stop_str_in_output,
-        ignore_eos=sampling.ignore_eos,
-        min_tokens=min(sampling.min_tokens, max_tokens),
+        ignore_eos=sampling.ignore_eos and hold_eos,
+        min_tokens=min(sampling.min_tokens, max_tokens) if hold_eos else 0,
         presence_penalty=sampling.presence_penalty,
         frequency_penalty=sampling.frequency_penalty,
         repetition_penalty=sampling.repetition_penalty,
@@ -101,7 +105,7 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
         logprobs=sampling.logprobs,
         prompt_logprobs=sampling.prompt_logprobs,
         logit_bias=sampling.logit_bias or None,
-        structured_outputs=structured_outputs(sampling, tools),
+        structured_outputs=constraint,
         output_kind=RequestOutputKind.DELTA,
         skip_special_tokens=sampling.skip_special_tokens,
     )
