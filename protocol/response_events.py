@@ -17,7 +17,7 @@ from pydantic import Field
 
 from protocol.base import ResponseModel
 from protocol.response_items import OutputItem, OutputTextContent
-from protocol.responses import ResponseObject
+from protocol.response_object import ResponseObject
 
 
 class ResponseEvent(ResponseModel):

@@ -35,7 +35,7 @@ from protocol.response_items import (
     OutputTextContent,
     item_id,
 )
-from protocol.responses import ResponseObject
+from protocol.response_object import ResponseObject
 
 LifecycleType = Literal[
     "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed"

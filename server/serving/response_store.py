@@ -14,7 +14,8 @@ from fastapi import Request
 
 from backends.cluster.response_store import ResponseStoreClient
 from protocol.errors import BadRequestError
-from protocol.responses import DeletedResponse, ResponseItemList, ResponseNotFoundError, StoredResponse
+from protocol.response_object import DeletedResponse, ResponseItemList, StoredResponse
+from protocol.responses import ResponseNotFoundError
 from server.context import request_context
 
 MAX_PAGE = 100

@@ -25,19 +25,18 @@ from protocol.errors import EngineError, OpenAIError
 from protocol.generation import Delta, GenerateRequest, ToolCallDelta
 from protocol.response_events import ErrorEvent, ResponseEvent
 from protocol.response_items import Item, engine_messages, item_id
-from protocol.responses import (
-    CreateResponseRequest,
+from protocol.response_object import (
     FunctionToolOut,
     IncompleteDetails,
     ResponseErrorOut,
     ResponseObject,
-    ResponseStatus,
     ResponseUsage,
     StoredResponse,
     TextConfigOut,
     TextFormatOut,
     ToolChoiceFunctionOut,
 )
+from protocol.responses import CreateResponseRequest, ResponseStatus
 from server.fanout import merge
 from server.serving.base import GenerationServing, json_response
 from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
