@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.admin import DeploymentState
+from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
 
 
@@ -33,6 +33,9 @@ class DeploymentRoute:
     error: str | None
     replicas: list[ReplicaRoute] = field(default_factory=list)
     restarts: int = 0  # dead replicas replaced since the last deploy/scale/update
+    desired: int = 0  # the replica count aimed at now (the autoscaler's choice when autoscaled)
+    scaling_events: list[ScalingEvent] = field(default_factory=list)  # the latest ones
+    scaling_events_total: int = 0
 
 
 @dataclass(slots=True)
