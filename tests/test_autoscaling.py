@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.admin import deployments, wait_deployment
+from tests.support.admin import deployments, raygate, wait_deployment
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import GatewayProcess, start_gateway
 
@@ -156,6 +156,11 @@ def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None
     listing = httpx.get(f"{first.url}/admin/deployments", timeout=30).json()["data"]
     shown = next(d for d in listing if d["name"] == "auto")
     assert shown["routing"] == "least_loaded" and "replicas" not in shown["spec"]
+    cli = raygate("list", url=first.url)
+    assert cli.returncode == 0, cli.stderr
+    row = next(line.split() for line in cli.stdout.splitlines() if line.startswith("auto "))
+    assert row[4:6] == ["-", "least_loaded"] and row[6].startswith("auto:0-4,ongoing="), row
+    assert "scaled" in cli.stdout and "1 -> 0" in cli.stdout
 
 
 def _sticky_chat(gw: GatewayProcess, user: str, max_tokens: int = 2) -> None:
