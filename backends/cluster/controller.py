@@ -12,7 +12,8 @@ is that gateway's.
 
 Autoscaled deployments are resized here, every `AUTOSCALE_TICK_SECONDS`, from the load all
 gateways report (`report_load`; `autoscaler.py` decides), never beyond what the cluster can place
-now (`placement.room_for`, less the replicas still loading, which may not hold theirs yet).
+now (`placement.room_for`, less the replicas still loading, which may not hold theirs yet, plus
+the ones leaving, which give theirs back).
 """
 
 from __future__ import annotations
@@ -162,12 +163,14 @@ class Controller:
                 continue
             replicas = decision.replicas
             if replicas > deployment.target:
-                room = await room_for(deployment.spec) - deployment.loading()
+                # Loading replicas may not hold their resources yet; leaving ones give theirs back.
+                room = await room_for(deployment.spec) - deployment.loading() + deployment.leaving()
                 if self._deployments.get(name) is not deployment or deployment.updating:
                     continue  # undeployed or updated meanwhile
                 replicas = min(replicas, deployment.target + max(0, room))
-                if replicas <= deployment.target:
-                    continue  # no room now: the wish stays, retried next tick
+                if replicas <= deployment.target:  # no room now: asked again next tick
+                    deployment.set_no_room(f"no node has room for another replica ({room} free slots)")
+                    continue
             deployment.resize(replicas, UPDATE_DRAIN_SECONDS, decision.reason)
 
     # ---- change --------------------------------------------------------------------------------

@@ -146,6 +146,7 @@ class Deployment:
         self.ongoing = 0.0  # the cluster-wide load last seen by the autoscaler
         self.events: list[ScalingEvent] = []
         self.events_total = 0
+        self.no_room: str | None = None  # set while the autoscaler wants more but nothing fits
 
     # ---- what the controller reads -------------------------------------------------------------
 
@@ -196,6 +197,7 @@ class Deployment:
             self.target,
             list(self.events),
             self.events_total,
+            self.no_room,
         )
 
     # ---- operations ----------------------------------------------------------------------------
@@ -225,6 +227,7 @@ class Deployment:
             self.events_total += 1
             log.info("deployment %s: %d -> %d replica(s) (%s)", self.spec.name, self.target, replicas, reason)
         self.target = replicas
+        self.no_room = None
         self._forget_failed()
         live = [r for r in self._current() if r.state in ("loading", "ready")]
         victims = sorted(live, key=lambda r: (r.state == "ready", -r.seq))[: max(0, len(live) - replicas)]
@@ -233,9 +236,19 @@ class Deployment:
         self.reconcile()
         self._on_change(spec_changed)
 
+    def set_no_room(self, why: str | None) -> None:
+        """Say (once per change) that the cluster has no room for the replica the autoscaler wants."""
+        if why != self.no_room:
+            self.no_room = why
+            self._on_change(False)
+
     def loading(self) -> int:
         """Replicas of the serving spec still loading (the autoscaler counts them as on their way)."""
         return sum(1 for r in self._current() if r.state == "loading")
+
+    def leaving(self) -> int:
+        """Replicas draining or stopping: the resources they hold free up shortly."""
+        return sum(1 for r in self.replicas if r.stopping and r.state != "failed")
 
     def update(self, spec: ModelConfig) -> None:
         """Apply a new spec. Only aliases / replicas / max_restarts changed: in place. Anything else

@@ -36,6 +36,7 @@ class DeploymentRoute:
     desired: int = 0  # the replica count aimed at now (the autoscaler's choice when autoscaled)
     scaling_events: list[ScalingEvent] = field(default_factory=list)  # the latest ones
     scaling_events_total: int = 0
+    no_room: str | None = None  # why an autoscaled model at zero cannot start a replica now
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from backends.cluster.errors import REPLICA_ERRORS
 from backends.cluster.route_table import DeploymentRoute
 from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
-from protocol.errors import ServiceUnavailableError
+from protocol.errors import ModelLoadingError, ServiceUnavailableError
 from protocol.generation import (
     Delta,
     EmbedRequest,
@@ -83,6 +83,7 @@ class ModelRouter:
         self.desired = len(replicas)
         self.scaling_events: list[ScalingEvent] = []
         self.scaling_events_total = 0
+        self.no_room: str | None = None
         self.affinity = AffinityCounts()
         self.ongoing = 0  # requests inside this router now, waiting for a replica included
         self.waiting = 0  # of which waiting for a replica to become ready
@@ -102,6 +103,7 @@ class ModelRouter:
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
         self.restarts, self.desired, self.scaling_events = route.restarts, route.desired, route.scaling_events
         self.scaling_events_total = route.scaling_events_total
+        self.no_room = route.no_room
         self._changed.set()  # wake requests waiting for a replica
         self._changed = asyncio.Event()
 
@@ -120,6 +122,11 @@ class ModelRouter:
         deadline = loop.time() + MAX_REPLICA_WAIT_SECONDS
         while not any(r.id not in tried for r in self.replicas) and self.state != "failed":
             left = deadline - loop.time()
+            if self.no_room is not None and not self.replicas:
+                raise ModelLoadingError(
+                    f"Model `{self.config.name}` has no replica and none can start now: {self.no_room}.",
+                    code="no_capacity",
+                )
             if left <= 0:
                 raise ServiceUnavailableError(
                     f"Model `{self.config.name}` got no ready replica within "

@@ -377,3 +377,12 @@ async def test_an_autoscaled_model_at_zero_waits_for_a_replica() -> None:
     r.update(DeploymentRoute(config, "ready", None, [ReplicaRoute("a", a, "n", 100)], desired=1))
     deltas = await asyncio.wait_for(task, 5)
     assert [d.text for d in deltas] == ["x"] and r.waiting == 0 and r.ongoing == 0
+
+
+async def test_at_zero_with_no_room_for_a_replica_is_503_with_retry_after() -> None:
+    config = CONFIG.model_copy(update={"autoscaling": AutoscalingConfig(min_replicas=0, max_replicas=2)})
+    r = ModelRouter(config, [])
+    r.update(DeploymentRoute(config, "ready", None, [], no_room="no node has room"))
+    with pytest.raises(ServiceUnavailableError) as err:
+        await collect(r.generate(GenerateRequest(request_id="r", sampling=SamplingParams())))
+    assert err.value.headers() and "no node has room" in err.value.message and r.ongoing == 0
