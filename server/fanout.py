@@ -1,7 +1,8 @@
 """Running the several sequences of one request (`n` samples, several prompts) as one stream.
 
 Each sequence is its own engine request, so the router spreads them over replicas. A single
-sequence takes the direct path: no task, no queue, nothing added to its latency.
+sequence takes the direct path: no task, no queue, nothing added to its latency. Several share a
+bounded pump, so a reader that stops stops every sequence (backpressure, issue #12).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from collections.abc import AsyncIterator
 from backends.streams import Pump
 from protocol.generation import Delta
 
+# Deltas the sequences may run ahead of the reader, all together.
+MAX_QUEUED_DELTAS = 64
+
 
 async def merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
     """Interleave streams as their deltas arrive, tagged with the stream's index. The first error
@@ -19,7 +23,7 @@ async def merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int,
         async for delta in streams[0]:
             yield 0, delta
         return
-    async with Pump[tuple[int, Delta]]() as pump:
+    async with Pump[tuple[int, Delta]](MAX_QUEUED_DELTAS) as pump:
         for index, stream in enumerate(streams):
             pump.add(_tagged(index, stream))
         async for item in pump:

@@ -58,6 +58,11 @@ class Settings:
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
+    # A client whose socket accepted nothing for this long is dropped and its engine request
+    # aborted (server/write_stall.py); 0 never drops.
+    stream_stall_timeout_s: float = 60.0
+    # Sequences one generating request may start: prompts x `n` (server/serving/base.py).
+    max_sequences: int = 64
 
 
 class ConfigError(ValueError):

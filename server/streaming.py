@@ -13,6 +13,11 @@ sends as it is. One write
 per frame cost about twice the time per frame (bench/: gateway-alone rows); joining adds no wait,
 since nothing is ever held back for company. sse-starlette still owns pings, disconnect detection
 and the shutdown drain.
+
+The queue is bounded (`MAX_QUEUED_FRAMES`): a client that reads nothing blocks the socket write,
+then the producer, then the Ray stream and the engine (backpressure, issue #12). Such a client is
+dropped by the HTTP protocol once nothing could be written for `--stream-stall-timeout`
+(`server/write_stall.py`); the disconnect then closes this body like any other.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ log = logging.getLogger(__name__)
 PING_SECONDS = 15
 
 _DONE_FRAME = b"data: [DONE]\n\n"
+# Frames that may wait for the socket; what is queued leaves in one write, so this is also the
+# most one write joins.
+MAX_QUEUED_FRAMES = 64
 
 
 def _frame(payload: str) -> bytes:
@@ -57,7 +65,7 @@ async def _frames(first: str | None, payloads: AsyncIterator[str]) -> AsyncItera
     """Body chunks: every frame queued by the time the previous write is done, joined.
     sse-starlette cancels this on disconnect or shutdown; closing the pump then cancels the
     producer, whose cancellation closes the payload stream (and the Ray generator)."""
-    async with Pump[bytes]() as pump:
+    async with Pump[bytes](MAX_QUEUED_FRAMES) as pump:
         pump.add(_framed(first, payloads))
         async for frames in pump.batches():
             yield b"".join(frames)

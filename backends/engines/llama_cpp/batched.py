@@ -19,6 +19,11 @@ parsing, the deltas). Only the decode loop differs, and with it where the logits
 sequence samples from, and scores, its own rows of the shared batch. The scheduler thread feeds
 each request's stream directly (`backends.streams.ThreadFeed`); no thread waits per request.
 
+Backpressure: each stream's pump is bounded, but the scheduler must not wait on one stream (every
+other sequence would stall with it). Its feeds never block; a sequence whose reader is a whole
+bound behind (`feed.full`: the client reads nothing) is left out of the next decodes, keeping its
+slot and its sampled token, until its reader catches up or the stream is closed (cancel).
+
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +57,11 @@ from protocol.generation import (
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
+# Deltas a sequence may run ahead of its stream's reader before it is paused.
+MAX_QUEUED_DELTAS = 64
+# When every running sequence is paused (no reader reads), how long the scheduler sleeps before
+# looking again. Only then: a step with any work never sleeps.
+PAUSED_POLL_SECONDS = 0.01
 
 
 @dataclass(eq=False)
@@ -139,8 +150,8 @@ class BatchedLlamaCppEngine(Engine):
         model = loaded(self._model)
         job = await model.prepare(request, self.context_length)
         with self._running(request.request_id) as run:
-            async with Pump[Delta]() as pump:
-                feed = pump.thread_feed(run.cancel)
+            async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
+                feed = pump.thread_feed(run.cancel, block=False)
                 out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
                 self._incoming.put(_Sequence(job.prompt, job.sampler, out, feed, prompt_top=top))
@@ -166,6 +177,9 @@ class BatchedLlamaCppEngine(Engine):
                 continue
             try:
                 outputs, scored = self._fill(batch, running, cached)
+                if not batch.batch.n_tokens:  # every sequence waits for its reader
+                    time.sleep(PAUSED_POLL_SECONDS)
+                    continue
                 self._decode_batch(batch)
             except Exception as exc:
                 for slot, seq in running.items():
@@ -243,7 +257,8 @@ class BatchedLlamaCppEngine(Engine):
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]
     ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
-        """One decode's tokens: every running sequence's next token first, then prompt chunks.
+        """One decode's tokens: the next token of every running sequence whose reader keeps up
+        (a paused one keeps its token for later) first, then prompt chunks.
         Returns (slot, batch index) of each token whose logits are sampled, and
         (slot, first batch index, first prompt position, count) of each prompt chunk whose
         tokens are scored (prompt logprobs)."""
@@ -260,7 +275,7 @@ class BatchedLlamaCppEngine(Engine):
             cached[slot].append(token)
 
         for slot, seq in running.items():
-            if seq.next_token is not None:
+            if seq.next_token is not None and not seq.feed.full:
                 outputs.append((slot, b.n_tokens))
                 add(slot, seq.next_token, True)
                 seq.next_token = None
