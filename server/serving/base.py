@@ -13,7 +13,8 @@ engine request ids, metrics: server/guard.py).
 `GenerationServing` adds the steps every generating endpoint shares, in this order:
 
 1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full);
-2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt);
+2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt),
+   at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400);
 3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
 4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
    chunk is still an HTTP error, later ones travel in-band; a disconnect cancels the stream, which
@@ -45,6 +46,7 @@ from server.guard import ModelHandle
 from server.ids import new_id
 from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
 from server.serving.resolve import resolve_model
+from server.serving.sequence_cap import check_sequence_count
 from server.serving.tally import Tally
 from server.streaming import sse_response
 
@@ -96,6 +98,8 @@ class GenerationServing(Serving[BodyT]):
     task: ClassVar[Task | None] = "generate"
     # The id's prefix: "chatcmpl" gives `chatcmpl-<hex>`.
     id_prefix: ClassVar[str]
+    # The field that holds several prompts, named by the sequence cap's 400 (one prompt: `n`).
+    prompts_param: ClassVar[str] = "n"
 
     def __init__(
         self,
@@ -122,6 +126,11 @@ class GenerationServing(Serving[BodyT]):
         """The engine requests, in choice order (prompt-major: prompt p's sample i is choice
         `p * samples_per_prompt + i`). Called after the model is resolved, so a refusal of the
         body (an `OpenAIError`) comes after "no such model", as OpenAI orders them."""
+
+    def prompt_count(self) -> int:
+        """How many prompts the body holds (each gets `samples_per_prompt` sequences); an endpoint
+        that takes several prompts says so here, so the cap is checked before `sequences`."""
+        return 1
 
     def opening_chunk(self, index: int) -> str | None:
         """A chunk sent before choice `index`'s first delta (chat announces the role); None: none."""
@@ -153,7 +162,11 @@ class GenerationServing(Serving[BodyT]):
         model = self.resolve()
         if self.user:
             log.debug("%s for user %r", self.id, self.user)
+        limit = self.request.app.state.settings.max_sequences
+        check_sequence_count(self.prompt_count(), self.samples_per_prompt, limit, self.prompts_param)
         requests = self.sequences()
+        if len(requests) > limit:  # an endpoint whose `prompt_count` undercounts
+            check_sequence_count(len(requests), 1, limit, self.prompts_param)
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request)
