@@ -38,10 +38,29 @@ from types import TracebackType
 from typing import Final, Generic, TypeVar
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 # How often a thread blocked on a full feed looks at its `cancel` event (an engine's `abort()` sets
 # it without closing the pump). Only a thread that is already waiting polls: the normal path never.
 CANCEL_POLL_SECONDS = 0.05
+
+
+async def _aclose(stream: object) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+@contextlib.asynccontextmanager
+async def closing(stream: S) -> AsyncIterator[S]:
+    """`async with closing(source): async for x in source: yield ...` in a wrapping generator:
+    closing the wrapper at its `yield` (a reader that stopped reading, then left) closes `source`
+    too. `async for` alone leaves it open until it is garbage-collected. Unlike
+    `contextlib.aclosing`, any async iterable will do (one without `aclose` is left alone)."""
+    try:
+        yield stream
+    finally:
+        await _aclose(stream)
 
 
 class _End:
@@ -106,6 +125,12 @@ class Pump(Generic[T]):
             end: _End | _Failure = _END
         except Exception as exc:
             end = _Failure(exc)
+        except BaseException:
+            # Cancelled while waiting for room (the reader stopped, then left): the source sits
+            # at a `yield`, where the cancellation never reached it. Close it now, so its
+            # `finally` blocks run before `aclose()` returns, not whenever it is collected.
+            await _aclose(source)
+            raise
         if bounded:
             await queue.put(end)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from backends.streams import Pump
+from backends.streams import Pump, closing
 from protocol.generation import Delta
 
 # Deltas the sequences may run ahead of the reader, all together.
@@ -20,8 +20,9 @@ async def merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int,
     """Interleave streams as their deltas arrive, tagged with the stream's index. The first error
     of any stream is raised; closing the merged stream closes every stream (`Pump`)."""
     if len(streams) == 1:
-        async for delta in streams[0]:
-            yield 0, delta
+        async with closing(streams[0]) as stream:
+            async for delta in stream:
+                yield 0, delta
         return
     async with Pump[tuple[int, Delta]](MAX_QUEUED_DELTAS) as pump:
         for index, stream in enumerate(streams):
@@ -31,5 +32,6 @@ async def merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int,
 
 
 async def _tagged(index: int, stream: AsyncIterator[Delta]) -> AsyncIterator[tuple[int, Delta]]:
-    async for delta in stream:
-        yield index, delta
+    async with closing(stream) as deltas:
+        async for delta in deltas:
+            yield index, delta

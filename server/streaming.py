@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from backends.streams import Pump
+from backends.streams import Pump, closing
 from protocol.errors import EngineError, OpenAIError
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,9 @@ async def _framed(first: str | None, payloads: AsyncIterator[str]) -> AsyncItera
     try:
         if first is not None:
             yield _frame(first)
-        async for payload in payloads:
-            yield _frame(payload)
+        async with closing(payloads):  # closed at a `yield` too (backpressure)
+            async for payload in payloads:
+                yield _frame(payload)
     except OpenAIError as exc:
         yield _frame(json.dumps(exc.to_body()))
     except Exception as exc:  # after the headers, a status code can no longer be sent

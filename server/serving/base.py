@@ -37,6 +37,7 @@ from typing import ClassVar, Generic, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
+from backends.streams import closing
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import Usage
 from protocol.config import Task
@@ -178,15 +179,16 @@ class GenerationServing(Serving[BodyT]):
     async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[str]:
         """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
-        async for index, delta in deltas:
-            first = index not in tally.texts
-            if first:
-                opening = self.opening_chunk(index)
-                if opening is not None:
-                    yield opening
-            tally.add(index, delta)
-            chunk = self.delta_chunk(index, delta, first)
-            if chunk is not None:
-                yield chunk
+        async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
+            async for index, delta in deltas:
+                first = index not in tally.texts
+                if first:
+                    opening = self.opening_chunk(index)
+                    if opening is not None:
+                        yield opening
+                tally.add(index, delta)
+                chunk = self.delta_chunk(index, delta, first)
+                if chunk is not None:
+                    yield chunk
         if self.include_usage:
             yield self.usage_chunk(self.usage(tally))

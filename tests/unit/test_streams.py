@@ -353,3 +353,52 @@ async def test_a_pump_is_fed_by_tasks_or_by_threads() -> None:
         with pytest.raises(RuntimeError, match="not both"):
             pump.thread_feed()
         assert [x async for x in pump] == [1]
+
+
+async def test_a_producer_cancelled_while_waiting_for_room_is_closed_before_aclose_returns() -> None:
+    """The reader stopped (the queue is full), then left: the source sits at a `yield`, where the
+    cancellation never reaches it. Its `finally` (closing a Ray stream, an engine request) must
+    have run when the pump's `aclose()` returns, not whenever it is garbage-collected."""
+    cleaned: list[str] = []
+
+    async def endless() -> AsyncIterator[int]:
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            cleaned.append("closed")
+
+    source = endless()
+    pump = Pump[int](maxsize=2)
+    pump.add(source)
+    items = aiter(pump)
+    assert await anext(items) == 0
+    for _ in range(5):  # let the producer fill the queue and wait for room
+        await asyncio.sleep(0)
+    await pump.aclose()
+    assert cleaned == ["closed"]
+
+
+async def test_closing_a_wrapper_at_its_yield_closes_what_it_wraps() -> None:
+    from backends.streams import closing
+
+    cleaned: list[str] = []
+
+    async def inner() -> AsyncIterator[int]:
+        try:
+            for i in range(10):
+                yield i
+        finally:
+            cleaned.append("inner")
+
+    async def wrapper() -> AsyncIterator[int]:
+        async with closing(inner()) as source:
+            async for x in source:
+                yield x
+
+    outer = wrapper()
+    assert await anext(outer) == 0
+    await outer.aclose()  # at its `yield`: plain `async for` would leave `inner` open
+    assert cleaned == ["inner"]
