@@ -248,7 +248,9 @@ class BatchedLlamaCppEngine(Engine):
             slot = max(free, key=lambda s: _common_prefix(cached[s], seq.prompt))
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             shared = 0 if seq.prompt_top is not None else _common_prefix(cached[slot], seq.prompt)
-            keep = min(shared, len(seq.prompt) - sampling_lib.REEVALUATED)
+            # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
+            # that was sampled, and the sequence waited for ever.
+            keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             seq.slot, seq.fed = slot, keep
