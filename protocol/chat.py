@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.errors import BadRequestError
+from protocol.extensions import fold_n_probs
 from protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
 from protocol.tools import (
     MAX_TOOLS,
@@ -89,6 +90,11 @@ class ChatCompletionRequest(SamplingFields):
 
     _bounded_tool_schemas = field_validator("tools")(check_tool_schemas)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _n_probs(cls, data: Any) -> Any:
+        return fold_n_probs(data, ("logprobs", True), ("top_logprobs", ...))
+
     @model_validator(mode="after")
     def _tokens_agree(self) -> ChatCompletionRequest:
         if (
@@ -117,12 +123,12 @@ class ChatCompletionRequest(SamplingFields):
             refused.append("reasoning_effort")
         if self.store:
             refused.append("store")
-        return refused
+        return refused + self.unsupported_extensions()
 
     def to_sampling_params(self) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequestError("`top_logprobs` needs `logprobs: true`.", param="top_logprobs")
-        return SamplingParams(
+        params = SamplingParams(
             max_tokens=self.max_completion_tokens or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
@@ -134,6 +140,7 @@ class ChatCompletionRequest(SamplingFields):
             logit_bias=self.logit_bias_ids(),
             json_schema=self.response_format.output_schema() if self.response_format else None,
         )
+        return self.apply_extensions(params)
 
     def tools_spec(self) -> ToolsSpec | None:
         return tools_spec(self.tools, self.tool_choice, self.parallel_tool_calls)

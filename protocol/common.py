@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from protocol.base import RequestModel, ResponseModel
+from protocol.extensions import SamplingExtensions
 
 MAX_STOP_SEQUENCES = 4
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on the number of biased tokens
@@ -34,8 +35,9 @@ class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(RequestModel):
-    """Fields with the same meaning and bounds on chat and completions (OpenAI's documented ranges)."""
+class SamplingFields(SamplingExtensions):
+    """Fields with the same meaning and bounds on chat and completions (OpenAI's documented ranges;
+    vLLM's extensions come with the base)."""
 
     model: str = Field(min_length=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)

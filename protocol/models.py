@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import model_serializer
 
 from protocol.base import ResponseModel
 
@@ -15,6 +17,19 @@ class ModelCard(ResponseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "raygate"
+    # On `GET /v1/models/{id}` of a generating model: the request fields beyond OpenAI's it
+    # honours (vLLM's extensions, protocol/extensions.py) and the deployment's `defaults:`.
+    sampling_parameters: list[str] | None = None
+    sampling_defaults: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: Any) -> dict[str, Any]:
+        """Absent, not null, where they do not apply (lists, embedding models)."""
+        data: dict[str, Any] = handler(self)
+        for key in ("sampling_parameters", "sampling_defaults"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 class ModelList(ResponseModel):

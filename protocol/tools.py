@@ -114,6 +114,9 @@ class ResponseFormat(RequestModel):
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
+    # `{"type": "json_object", "schema": {...}}`: llama-cpp-python's and Together's extension (what
+    # instructor's JSON_SCHEMA mode sends): the object must also match this schema.
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
 
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
@@ -124,7 +127,7 @@ class ResponseFormat(RequestModel):
     def output_schema(self) -> dict[str, Any] | None:
         """The JSON schema the output must satisfy, or None for free text."""
         if self.type == "json_object":
-            return {"type": "object"}
+            return self.schema_ or {"type": "object"}
         if self.type == "json_schema" and self.json_schema is not None:
             return self.json_schema.schema_ or {}
         return None

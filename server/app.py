@@ -14,13 +14,15 @@ from starlette.middleware.cors import CORSMiddleware
 from backends.cluster import connection as ray_connection
 from backends.cluster.controller import connect_controller
 from backends.cluster.controller_client import ControllerClient
+from backends.cluster.response_db import StoreLimits
+from backends.cluster.response_store import ResponseStoreClient, connect_response_store
 from server.admission import Admission, ModelGate
 from server.auth import KeyStore
 from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.routes import admin, chat, completions, embeddings, models, ops, tokenize
+from server.routes import admin, chat, completions, embeddings, messages, models, ops, responses, tokenize
 from server.settings import Settings, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
@@ -40,6 +42,10 @@ def build_app(settings: Settings) -> FastAPI:
     def controller() -> Any:
         return connect_controller(settings.state_dir, seed)
 
+    def response_store() -> Any:
+        limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
+        return connect_response_store(settings.state_dir, limits)
+
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
 
@@ -54,6 +60,8 @@ def build_app(settings: Settings) -> FastAPI:
                 if status.state != "ready":
                     log.error("model %s is %s: %s", status.name, status.state, status.error)
             app.state.cluster = cluster
+            app.state.responses = ResponseStoreClient(response_store)
+            _log_store(await app.state.responses.start(), settings)
             for router in cluster.routers():  # gauges read 0, not "absent", before any traffic
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
@@ -76,7 +84,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, admin, ops, tokenize):
+    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,
@@ -113,3 +121,11 @@ def _log_origin(info: dict[str, Any], settings: Settings) -> None:
     log.info(
         "controller on node %s holds: %s", info["node_id"][:12], ", ".join(info["deployments"]) or "nothing"
     )
+
+
+def _log_store(info: dict[str, Any], settings: Settings) -> None:
+    """Say where stored responses live; the first gateway of a namespace decides (like the registry)."""
+    log.info("stored responses (POST /v1/responses) in %s", info["path"] or "the store actor's memory")
+    wanted = settings.state_dir
+    if wanted is not None and info["path"] is not None and not info["path"].startswith(str(wanted)):
+        log.warning("attached to a response store in %s, not in --state-dir %s", info["path"], wanted)

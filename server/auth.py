@@ -37,7 +37,10 @@ class KeyEntry(StrictModel):
     silently granting more."""
 
     name: str | None = Field(None, description="Label for logs and metrics (default: digest prefix).")
-    key: str = Field(min_length=MIN_KEY_CHARS, description="The bearer token clients send.")
+    key: str = Field(
+        min_length=MIN_KEY_CHARS,
+        description="The key clients send (`Authorization: Bearer` or `x-api-key`).",
+    )
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
 
@@ -164,9 +167,10 @@ class KeyStore:
                 found = key
         return found
 
-    def authenticate(self, authorization: list[str]) -> ApiKey:
-        """Check the `Authorization` header values of a request; raise 401 or 429."""
-        key = self._lookup(bearer_token(authorization))
+    def authenticate(self, authorization: list[str], api_key: list[str] | None = None) -> ApiKey:
+        """Check the key a request presents (its `Authorization` and `x-api-key` header values);
+        raise 401 or 429."""
+        key = self._lookup(presented_key(authorization, api_key or []))
         if key is None:
             raise AuthenticationError("Incorrect API key provided.")
         if key.bucket is not None:
@@ -177,6 +181,23 @@ class KeyStore:
                     retry_after=math.ceil(wait),
                 )
         return key
+
+
+def presented_key(authorization: list[str], api_key: list[str]) -> str:
+    """The key from `Authorization: Bearer KEY` (OpenAI's SDK) or `x-api-key: KEY` (Anthropic's);
+    both may be sent only if they agree. Anything ambiguous or malformed is a 401. The bearer form
+    is parsed by `bearer_token`, as on `/admin`."""
+    if not api_key:
+        return bearer_token(authorization)
+    if len(api_key) != 1 or not _plain(api_key[0]):
+        raise AuthenticationError("Send exactly one API key as `x-api-key: YOUR_KEY`.")
+    if authorization and not hmac.compare_digest(_digest(bearer_token(authorization)), _digest(api_key[0])):
+        raise AuthenticationError("The `Authorization` and `x-api-key` headers carry different keys.")
+    return api_key[0]
+
+
+def _plain(token: str) -> bool:
+    return bool(token) and token == token.strip() and " " not in token
 
 
 def check_model_access(key: ApiKey | None, model_ids: list[str]) -> None:

@@ -14,6 +14,8 @@ from server.settings import (
     DEFAULT_CONFIG,
     DEFAULT_CORS_HEADERS,
     DEFAULT_CORS_METHODS,
+    DEFAULT_RESPONSES_MAX_AGE_S,
+    DEFAULT_RESPONSES_MAX_BYTES,
     ConfigError,
     Settings,
 )
@@ -102,7 +104,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_client_commands(sub)
     _add_operations_options(serve)
+    _add_responses_options(serve)
     return parser
+
+
+def _add_responses_options(serve: argparse.ArgumentParser) -> None:
+    group = serve.add_argument_group(
+        "stored responses",
+        "POST /v1/responses with store: true keeps responses in SQLite under --state-dir (in memory "
+        "without one), shared by the gateways of a Ray namespace (README: Responses API)",
+    )
+    group.add_argument(
+        "--responses-max-age",
+        type=float,
+        default=_env_float("RAYGATE_RESPONSES_MAX_AGE", DEFAULT_RESPONSES_MAX_AGE_S),
+        help="seconds a stored response is kept (env RAYGATE_RESPONSES_MAX_AGE; default: 30 days)",
+    )
+    group.add_argument(
+        "--responses-max-bytes",
+        type=int,
+        default=int(os.environ.get("RAYGATE_RESPONSES_MAX_BYTES", str(DEFAULT_RESPONSES_MAX_BYTES))),
+        help="the oldest stored responses are deleted past this many bytes (env "
+        "RAYGATE_RESPONSES_MAX_BYTES; default: %(default)s)",
+    )
 
 
 def _add_operations_options(serve: argparse.ArgumentParser) -> None:
@@ -260,6 +284,8 @@ def _serve(args: argparse.Namespace) -> int:
         keep_alive_timeout_s=args.keep_alive_timeout,
         stream_stall_timeout_s=args.stream_stall_timeout,
         max_sequences=args.max_sequences,
+        responses_max_age_s=args.responses_max_age,
+        responses_max_bytes=args.responses_max_bytes,
     )
     configure_logging(args.log_level, args.log_format)
     try:

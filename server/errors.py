@@ -1,4 +1,7 @@
-"""The one table from exceptions to OpenAI error responses.
+"""The one table from exceptions to error responses: OpenAI's body, or Anthropic's on the
+Messages API's routes (`/v1/messages…`), chosen by the request's path in one place
+(`error_response`), so every refusal (validation, auth in the middleware, 404, 429, 500) speaks
+the protocol of the route it answers.
 
 Validation messages are bounded (a few errors, no echoed input): another server once answered a
 4.5 KB body with a 23.6 MB error.
@@ -15,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
+from protocol.messages_response import ErrorEvent
 from protocol.text import printable
 
 log = logging.getLogger(__name__)
@@ -25,9 +29,27 @@ MAX_MESSAGE_CHARS = 1000
 _HTTP_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
 
 
-def error_response(exc: OpenAIError, headers: dict[str, str] | None = None) -> JSONResponse:
+# Anthropic's Messages API: errors on these paths take Anthropic's shape.
+MESSAGES_PATH = "/v1/messages"
+
+
+def speaks_anthropic(path: str) -> bool:
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def error_body(exc: OpenAIError, path: str = "") -> dict[str, Any]:
+    """The error's body in the protocol of the route at `path`."""
+    if speaks_anthropic(path):
+        return ErrorEvent.of(exc).model_dump()
+    return exc.to_body()
+
+
+def error_response(exc: OpenAIError, headers: dict[str, str] | None = None, path: str = "") -> JSONResponse:
+    """`path`: the request's path, which picks the body's protocol (OpenAI's by default)."""
     return JSONResponse(
-        exc.to_body(), status_code=exc.status_code, headers={**exc.headers(), **(headers or {})} or None
+        error_body(exc, path),
+        status_code=exc.status_code,
+        headers={**exc.headers(), **(headers or {})} or None,
     )
 
 
@@ -56,29 +78,31 @@ def validation_error(errors: list[Any]) -> BadRequestError:
     return BadRequestError(message or "Invalid request.", param=param)
 
 
-async def _on_openai_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_openai_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OpenAIError)
-    return error_response(exc)
+    return error_response(exc, path=request.url.path)
 
 
-async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(validation_error(list(exc.errors())))
+    return error_response(validation_error(list(exc.errors())), path=request.url.path)
 
 
-async def _on_http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    path = request.url.path
     if exc.status_code == 413:  # a streamed body that grew past the limit (server/middleware.py)
-        return error_response(PayloadTooLargeError(str(exc.detail)))
+        return error_response(PayloadTooLargeError(str(exc.detail)), path=path)
     err = OpenAIError(str(exc.detail))
     err.status_code = exc.status_code
     err.error_type = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")
-    return error_response(err, headers=dict(exc.headers or {}))
+    return error_response(err, headers=dict(exc.headers or {}), path=path)
 
 
-async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return error_response(OpenAIError("The server had an error while processing your request."))
+    error = OpenAIError("The server had an error while processing your request.")
+    return error_response(error, path=request.url.path)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -71,7 +71,9 @@ class GatewayMiddleware:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
         if self.keys.enabled and (path == "/v1" or path.startswith("/v1/") or path in TOKENIZER_PATHS):
             try:
-                ctx.key = self.keys.authenticate(headers.getlist("authorization"))
+                ctx.key = self.keys.authenticate(
+                    headers.getlist("authorization"), headers.getlist("x-api-key")
+                )
             except OpenAIError as exc:
                 self.metrics.rejected.inc({"model_name": "", "reason": str(exc.code)})
                 return exc
@@ -114,7 +116,7 @@ class GatewayMiddleware:
         try:
             refusal = self._refuse(scope, headers, ctx)
             if refusal is not None:
-                response = error_response(refusal)
+                response = error_response(refusal, path=scope["path"])
                 if isinstance(refusal, ServiceUnavailableError):
                     response.headers["Connection"] = "close"
                 await response(scope, receive, send_with_id)

@@ -21,7 +21,18 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.ya
 
 
 DEFAULT_CORS_METHODS = ("GET", "POST", "OPTIONS")
-DEFAULT_CORS_HEADERS = ("Authorization", "Content-Type", "X-Request-Id")
+DEFAULT_RESPONSES_MAX_AGE_S = 30 * 24 * 3600.0  # OpenAI keeps stored responses 30 days
+DEFAULT_RESPONSES_MAX_BYTES = 1 << 30
+# The Anthropic SDK sends its key and version headers (and, from a browser, an opt-in header).
+DEFAULT_CORS_HEADERS = (
+    "Authorization",
+    "Content-Type",
+    "X-Request-Id",
+    "X-Api-Key",
+    "Anthropic-Version",
+    "Anthropic-Beta",
+    "Anthropic-Dangerous-Direct-Browser-Access",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,9 @@ class Settings:
     stream_stall_timeout_s: float = 60.0
     # Sequences one generating request may start: prompts x `n` (server/serving/base.py).
     max_sequences: int = 64
+    # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
+    responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
+    responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES
 
 
 class ConfigError(ValueError):

@@ -3,7 +3,8 @@
 The first payload is produced *before* the response starts, so a failure before the first token
 (unknown prompt format, context too long, no replica) still gets a real HTTP status. After the
 headers are out, an error travels in-band as `data: {"error": ...}`, and `data: [DONE]` always
-ends the stream. Keep-alive pings are SSE comments (`: ping`, every `--sse-ping-seconds` of
+ends the stream (Anthropic's streams name each event and end without a marker: `SseDialect`,
+`Event`). Keep-alive pings are SSE comments (`: ping`, every `--sse-ping-seconds` of
 silence), which the openai SDK ignores; an empty `data:` event would break it.
 
 Frames that are ready together leave in one socket write: a producer task drains the payload
@@ -24,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -42,38 +45,72 @@ _DONE_FRAME = b"data: [DONE]\n\n"
 MAX_QUEUED_FRAMES = 64
 
 
-def _frame(payload: str) -> bytes:
-    return b"data: " + payload.encode() + b"\n\n"
+class Event(NamedTuple):
+    """A named event (`event: <name>` before its `data:`), as Anthropic's streams send them.
+    OpenAI's payloads stay plain strings: their frames are built exactly as before."""
+
+    name: str
+    data: str
+
+
+Payload = str | Event
+
+
+@dataclass(frozen=True, slots=True)
+class SseDialect:
+    """What differs between the protocols' streams: the in-band error frame's payload, and the
+    frame that ends every stream (empty: none)."""
+
+    error: Callable[[OpenAIError], Payload]
+    done: bytes
+
+
+OPENAI_SSE = SseDialect(error=lambda exc: json.dumps(exc.to_body()), done=_DONE_FRAME)
+
+
+def _frame(payload: Payload) -> bytes:
+    if isinstance(payload, str):
+        return b"data: " + payload.encode() + b"\n\n"
+    return b"event: " + payload.name.encode() + b"\ndata: " + payload.data.encode() + b"\n\n"
 
 
 def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep="\n")
 
 
-async def sse_response(payloads: AsyncIterator[str], request: Request | None = None) -> EventSourceResponse:
-    """`payloads` yields JSON strings; raising before its first item raises here (-> HTTP error)."""
-    first: str | None
+async def sse_response(
+    payloads: AsyncIterator[Payload], request: Request | None = None, dialect: SseDialect = OPENAI_SSE
+) -> EventSourceResponse:
+    """`payloads` yields JSON strings (or named events); raising before its first item raises here
+    (-> HTTP error)."""
+    first: Payload | None
     try:
         first = await anext(payloads)
     except StopAsyncIteration:
         first = None
     ping = PING_SECONDS if request is None else request.app.state.settings.sse_ping_s
-    return EventSourceResponse(_frames(first, payloads), sep="\n", ping=ping, ping_message_factory=_ping)
+    return EventSourceResponse(
+        _frames(first, payloads, dialect), sep="\n", ping=ping, ping_message_factory=_ping
+    )
 
 
-async def _frames(first: str | None, payloads: AsyncIterator[str]) -> AsyncIterator[bytes]:
+async def _frames(
+    first: Payload | None, payloads: AsyncIterator[Payload], dialect: SseDialect = OPENAI_SSE
+) -> AsyncIterator[bytes]:
     """Body chunks: every frame queued by the time the previous write is done, joined.
     sse-starlette cancels this on disconnect or shutdown; closing the pump then cancels the
     producer, whose cancellation closes the payload stream (and the Ray generator)."""
     async with Pump[bytes](MAX_QUEUED_FRAMES) as pump:
-        pump.add(_framed(first, payloads))
+        pump.add(_framed(first, payloads, dialect))
         async for frames in pump.batches():
             yield b"".join(frames)
 
 
-async def _framed(first: str | None, payloads: AsyncIterator[str]) -> AsyncIterator[bytes]:
+async def _framed(
+    first: Payload | None, payloads: AsyncIterator[Payload], dialect: SseDialect
+) -> AsyncIterator[bytes]:
     """Every SSE frame of the response: the payloads, an in-band error if the stream fails after
-    the headers are out, and `[DONE]` in every case but cancellation."""
+    the headers are out, and the dialect's end (`[DONE]`) in every case but cancellation."""
     try:
         if first is not None:
             yield _frame(first)
@@ -81,8 +118,9 @@ async def _framed(first: str | None, payloads: AsyncIterator[str]) -> AsyncItera
             async for payload in payloads:
                 yield _frame(payload)
     except OpenAIError as exc:
-        yield _frame(json.dumps(exc.to_body()))
+        yield _frame(dialect.error(exc))
     except Exception as exc:  # after the headers, a status code can no longer be sent
         log.exception("stream failed", exc_info=exc)
-        yield _frame(json.dumps(EngineError(f"Stream failed: {exc}").to_body()))
-    yield _DONE_FRAME
+        yield _frame(dialect.error(EngineError(f"Stream failed: {exc}")))
+    if dialect.done:
+        yield dialect.done

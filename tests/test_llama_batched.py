@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -408,3 +409,43 @@ async def test_a_repeated_prompt_decodes_as_it_did_fresh(single: Engine) -> None
 
 async def test_a_repeated_prompt_decodes_as_it_did_fresh_batched(batched: Engine) -> None:
     await repeat_prompt(batched)
+
+
+async def test_vllm_extensions_in_one_batch(batched: Engine) -> None:
+    """vLLM's extensions of different requests decoded together, each from its own batch row and
+    its own history: the token mask (min_tokens, ignore_eos, bad_words, allowed_token_ids), stop
+    token ids, a regex and a choice list compiled to grammars, the repetition penalty."""
+    assert isinstance(batched, BatchedLlamaCppEngine)
+    tok = batched._llm.tokenize
+    (banana,) = tok(b" banana", add_bos=False, special=False)
+    (apple,) = tok(b" apple", add_bos=False, special=False)
+    eos = [t for t in range(batched._llm.n_vocab()) if batched._llm._model.token_get_text(t) == "<|im_end|>"]
+    reqs = [
+        chat(10, "Say hi.", max_tokens=12, ignore_eos=True, logit_bias={eos[0]: 100.0}),
+        chat(11, "Say hi.", max_tokens=12, min_tokens=5, logit_bias={eos[0]: 100.0}),
+        chat(12, "Name a fruit.", max_tokens=5, allowed_token_ids=[banana, apple], temperature=1.0, seed=1),
+        chat(13, "Name a fruit.", max_tokens=6, stop_token_ids=[banana], logit_bias={banana: 100.0}),
+        completion(14, "Phone:", max_tokens=12, regex=r"\d{3}-\d{4}"),
+        chat(15, "Pick a colour.", max_tokens=6, choice=["red", "green"]),
+        completion(
+            16,
+            "I like banana",
+            max_tokens=1,
+            logit_bias={banana: 100.0, apple: 80.0},
+            repetition_penalty=10.0,
+        ),
+    ]
+    out = await asyncio.gather(*(collect(batched, r) for r in reqs))
+    assert out[0].last is not None and (out[0].last.completion_tokens, out[0].last.finish_reason) == (
+        12,
+        "length",
+    )
+    assert out[1].last is not None and (out[1].last.completion_tokens, out[1].last.finish_reason) == (
+        5,
+        "stop",
+    )
+    assert out[2].text.replace(" banana", "").replace(" apple", "") == "" and out[2].text
+    assert out[3].text == "" and out[3].last is not None and out[3].last.finish_reason == "stop"
+    assert re.fullmatch(r"\d{3}-\d{4}", out[4].text), out[4].text
+    assert out[5].text in {"red", "green"}
+    assert out[6].text == " apple"

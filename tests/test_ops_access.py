@@ -54,7 +54,11 @@ HEADER_TRICKS: list[tuple[str, list[tuple[str, str | bytes]]]] = [
         "two headers, good first",
         [("Authorization", f"Bearer {ADMIN_KEY}"), ("Authorization", "Bearer nope-nope-nope")],
     ),
-    ("other header", [("X-Api-Key", ADMIN_KEY)]),
+    ("x-api-key, wrong key", [("X-Api-Key", "sk-test-wrong-0123456789")]),
+    (
+        "x-api-key disagreeing with Bearer",
+        [("X-Api-Key", ADMIN_KEY), ("Authorization", "Bearer nope-nope-nope")],
+    ),
     ("api-key header", [("api-key", ADMIN_KEY)]),
     ("non-ascii", [("Authorization", f"Bearer {ADMIN_KEY}\u00e9".encode("latin-1"))]),
     ("proxy header", [("Proxy-Authorization", f"Bearer {ADMIN_KEY}")]),

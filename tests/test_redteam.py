@@ -9,6 +9,7 @@ against the vLLM gateway in tests/vllm_backend/test_vllm_redteam.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -369,6 +370,29 @@ def _connect(gw: GatewayProcess) -> socket.socket:
     return sock
 
 
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP response (head and Content-Length body): TCP may deliver it in pieces."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed mid-response: {data[:200]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return data
+
+
 def _read_all(sock: socket.socket) -> bytes:
     chunks = []
     try:
@@ -381,31 +405,30 @@ def _read_all(sock: socket.socket) -> bytes:
 
 def test_a_32_mb_header_is_refused_early_with_431(redteam: tuple[GatewayProcess, Path]) -> None:
     gw, _ = redteam
-    sock = _connect(gw)
-    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ")
-    sent, chunk = 0, b"a" * 16384
-    sock.setblocking(False)
-    answer = b""
-    deadline = time.monotonic() + 60
-    while sent < 32 * 1024 * 1024 and time.monotonic() < deadline:
-        try:
-            answer += sock.recv(65536)
-            break  # the server answered (or closed) while the header was still coming
-        except BlockingIOError:
-            pass
-        except ConnectionResetError:
-            break
-        try:
-            sent += sock.send(chunk)
-        except BlockingIOError:
-            time.sleep(0.01)
-        except (BrokenPipeError, ConnectionResetError):
-            break
-        time.sleep(0.001)  # 16 MB/s: the server keeps up, so what `sent` counts is what it read
-    sock.setblocking(True)
-    sock.settimeout(10)
-    answer += _read_all(sock)
-    sock.close()
+    with _connect(gw) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        sent, chunk = 0, b"a" * 16384
+        sock.setblocking(False)
+        answer = b""
+        deadline = time.monotonic() + 60
+        while sent < 32 * 1024 * 1024 and time.monotonic() < deadline:
+            try:
+                answer += sock.recv(65536)
+                break  # the server answered (or closed) while the header was still coming
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                break
+            try:
+                sent += sock.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.01)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(0.001)  # 16 MB/s: the server keeps up, so what `sent` counts is what it read
+        sock.setblocking(True)
+        sock.settimeout(10)
+        answer += _read_all(sock)
     # Read up to the limit plus a socket read; `sent` also counts what sat in the two kernels'
     # socket buffers (a few MB on loopback) when the server closed.
     assert sent < 16 * 1024 * 1024, f"{sent} bytes of headers were taken in"
@@ -435,33 +458,31 @@ def test_headers_under_the_limit_and_large_bodies_are_served(redteam: tuple[Gate
 
 def test_a_silent_connection_is_closed(redteam: tuple[GatewayProcess, Path]) -> None:
     gw, _ = redteam
-    sock = _connect(gw)
-    t0 = time.monotonic()
-    assert _read_all(sock) == b""
-    assert HEADER_TIMEOUT - 0.5 < time.monotonic() - t0 < HEADER_TIMEOUT + 5
-    sock.close()
+    with _connect(gw) as sock:
+        t0 = time.monotonic()
+        assert _read_all(sock) == b""
+        assert HEADER_TIMEOUT - 0.5 < time.monotonic() - t0 < HEADER_TIMEOUT + 5
 
 
 def test_trickled_headers_get_408(redteam: tuple[GatewayProcess, Path]) -> None:
     gw, _ = redteam
-    sock = _connect(gw)
-    t0 = time.monotonic()
-    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
-    sock.settimeout(0.4)
-    answer = b""
-    for i in range(40):  # one header line every 0.4 s: never complete
-        try:
-            answer = sock.recv(65536)
-            break
-        except TimeoutError:
-            pass
-        try:
-            sock.sendall(b"X-Slow-%d: y\r\n" % i)
-        except (BrokenPipeError, ConnectionResetError):
-            break
-    sock.settimeout(10)
-    answer += _read_all(sock)
-    sock.close()
+    with _connect(gw) as sock:
+        t0 = time.monotonic()
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        sock.settimeout(0.4)
+        answer = b""
+        for i in range(40):  # one header line every 0.4 s: never complete
+            try:
+                answer = sock.recv(65536)
+                break
+            except TimeoutError:
+                pass
+            try:
+                sock.sendall(b"X-Slow-%d: y\r\n" % i)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        sock.settimeout(10)
+        answer += _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert time.monotonic() - t0 < HEADER_TIMEOUT + 5
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
@@ -471,30 +492,27 @@ def test_kept_alive_connections_are_bounded_too(redteam: tuple[GatewayProcess, P
     """After a response: idle -> closed after the keep-alive timeout; a trickled next head -> 408."""
     gw, _ = redteam
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-    sock = _connect(gw)
-    sock.sendall(request)
-    first = sock.recv(65536)
-    assert first.startswith(b"HTTP/1.1 200 ")
-    t0 = time.monotonic()
-    assert _read_all(sock) == b""
-    assert time.monotonic() - t0 < KEEP_ALIVE + 5
-    sock.close()
+    with contextlib.closing(_connect(gw)) as sock:
+        sock.sendall(request)
+        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        t0 = time.monotonic()
+        assert _read_all(sock) == b""
+        assert time.monotonic() - t0 < KEEP_ALIVE + 5
 
-    sock = _connect(gw)
-    sock.sendall(request)
-    assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
-    sock.sendall(b"GET /health HTTP/1.1\r\n")
-    sock.settimeout(0.4)
-    answer = b""
-    for i in range(40):
-        try:
-            answer = sock.recv(65536)
-            break
-        except TimeoutError:
-            sock.sendall(b"X-Slow-%d: y\r\n" % i)
-    sock.settimeout(10)
-    answer += _read_all(sock)
-    sock.close()
+    with contextlib.closing(_connect(gw)) as sock:
+        sock.sendall(request)
+        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        sock.settimeout(0.4)
+        answer = b""
+        for i in range(40):
+            try:
+                answer = sock.recv(65536)
+                break
+            except TimeoutError:
+                sock.sendall(b"X-Slow-%d: y\r\n" % i)
+        sock.settimeout(10)
+        answer += _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
 
 

@@ -4,6 +4,7 @@ of the controller, and the persisted registry, not the config, decides what is s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -35,8 +36,11 @@ def wait_ready(url: str, timeout: float = 120) -> None:
 
 
 def kill_controller() -> None:
-    """What losing the cluster's controller looks like; its replicas die with it (it owns them)."""
+    """What losing the cluster's controller looks like; its replicas die with it (it owns them).
+    A cluster restart loses the other detached actor of the namespace too, the Responses store."""
     ray.kill(ray.get_actor("controller", namespace=NAMESPACE))
+    with contextlib.suppress(ValueError):  # no gateway of this test served /v1/responses yet
+        ray.kill(ray.get_actor("responses", namespace=NAMESPACE))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]:

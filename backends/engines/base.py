@@ -60,6 +60,15 @@ def completion_budget(request: GenerateRequest, n_prompt: int, context_length: i
     return wanted
 
 
+def truncate_prompt(ids: list[int], keep: int | None, context_length: int) -> list[int]:
+    """vLLM's `truncate_prompt_tokens`: only the last `keep` prompt tokens (-1: as many as the
+    context holds); None keeps the whole prompt."""
+    if keep is None:
+        return ids
+    keep = context_length if keep == -1 else keep
+    return ids[-keep:] if len(ids) > keep else ids
+
+
 def check_token_ids(ids: Iterable[int], vocab: int, param: str) -> None:
     """Refuse ids outside the vocabulary with a 400 naming the request field: an engine library
     would read out of bounds (llama.cpp) or fail deep inside (vLLM) instead."""

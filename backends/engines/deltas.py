@@ -16,8 +16,13 @@ class DeltaBuilder:
         self.parser = parser
         self.logprobs: list[TokenLogprob] = []
         self.prompt_logprobs: list[TokenLogprob] | None = None
+        # Prompt tokens the engine reused from its prefix cache, once it knows.
+        self.cached_tokens: int | None = None
 
-    def delta(self, text: str, finish: FinishReason | None = None) -> Delta | None:
+    def delta(
+        self, text: str, finish: FinishReason | None = None, stop_sequence: str | None = None
+    ) -> Delta | None:
+        """`stop_sequence`: the stop string that ended the sequence, with `finish` `stop`."""
         calls: list[ToolCallDelta] = []
         if self.parser is not None:
             text, calls = self.parser.push(text)
@@ -36,6 +41,8 @@ class DeltaBuilder:
             logprobs=self.logprobs or None,
             tool_calls=calls or None,
             prompt_logprobs=self.prompt_logprobs,
+            stop_sequence=stop_sequence if finish == "stop" else None,
+            cached_tokens=self.cached_tokens,
         )
         self.logprobs, self.prompt_logprobs = [], None
         return delta

@@ -22,24 +22,29 @@ class Utf8Stream:
 
 
 class StopMatcher:
-    """Finds stop strings across piece boundaries and never lets one leak into the output.
+    """Finds stop strings across piece boundaries and never lets one leak into the output, unless
+    `include` (vLLM's `include_stop_str_in_output`): then the text ends with the stop string.
 
     Text that could still be the start of a stop string is held back until it is decided.
     """
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], include: bool = False) -> None:
         self._stops = [s for s in stops if s]
+        self._include = include
         self._held = ""
+        self.matched: str | None = None  # the stop string that was hit, once one is
 
     def push(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, whether a stop string was hit)."""
         if not self._stops:
             return text, False
         buf = self._held + text
-        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, len(s)) for i, s in ((buf.find(s), s) for s in self._stops) if i >= 0]
         if hits:
             self._held = ""
-            return buf[: min(hits)], True
+            start, length = min(hits)
+            self.matched = buf[start : start + length]
+            return buf[: start + length if self._include else start], True
         hold = 0
         for stop in self._stops:
             for k in range(min(len(stop) - 1, len(buf)), hold, -1):

@@ -41,13 +41,20 @@ def forced(tools: ToolsSpec | None) -> bool:
     return active(tools) and tools is not None and tools.choice in ("required", "function")
 
 
+def constraint_param(sampling: SamplingParams) -> str:
+    """The request field an output constraint came from, for errors about it."""
+    return "response_format" if sampling.json_schema is not None else "structured_outputs"
+
+
 def refuse_schema_with_tools(sampling: SamplingParams, tools: ToolsSpec | None, backend: str) -> None:
-    """One constraint per request: a call block and a response schema cannot both hold."""
-    if sampling.json_schema is not None and active(tools):
+    """One constraint per request: a call block and a response schema (or regex, choice list,
+    grammar) cannot both hold."""
+    if sampling.constrained and active(tools):
+        param = constraint_param(sampling)
         raise UnsupportedParameterError(
-            f"`response_format` together with `tools` is not supported by the {backend} backend "
+            f"`{param}` together with `tools` is not supported by the {backend} backend "
             "(set `tool_choice: none`, or drop one of them).",
-            param="response_format",
+            param=param,
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from backends.cluster.controller_client import ControllerClient
+from protocol.extensions import supported_extensions
 from protocol.models import ModelCard, ModelList
 from server.auth import check_model_access
 from server.context import request_context
@@ -29,8 +30,16 @@ async def list_models(request: Request) -> ModelList:
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     cluster = _cluster(request)
     router = cluster.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
-    check_model_access(request_context(request).key, router.config.ids)
-    return ModelCard(id=model_id, created=cluster.created)
+    config = router.config
+    check_model_access(request_context(request).key, config.ids)
+    if config.task != "generate":
+        return ModelCard(id=model_id, created=cluster.created)
+    return ModelCard(
+        id=model_id,
+        created=cluster.created,
+        sampling_parameters=supported_extensions(),
+        sampling_defaults=config.defaults.model_dump(exclude_none=True),
+    )
 
 
 @router.get("/health")

@@ -12,7 +12,8 @@ engine request ids, metrics: server/guard.py).
 
 `GenerationServing` adds the steps every generating endpoint shares, in this order:
 
-1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full);
+1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full),
+   and fill in the model's `defaults:` where the body leaves a sampling field unset;
 2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt),
    at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400);
 3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
@@ -49,7 +50,7 @@ from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
 from server.serving.resolve import resolve_model
 from server.serving.sequence_cap import check_sequence_count
 from server.serving.tally import Tally
-from server.streaming import sse_response
+from server.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class GenerationServing(Serving[BodyT]):
     id_prefix: ClassVar[str]
     # The field that holds several prompts, named by the sequence cap's 400 (one prompt: `n`).
     prompts_param: ClassVar[str] = "n"
+    # How the stream reports a late failure and ends (OpenAI's `data: [DONE]`, or Anthropic's).
+    sse_dialect: ClassVar[SseDialect] = OPENAI_SSE
 
     def __init__(
         self,
@@ -165,18 +168,19 @@ class GenerationServing(Serving[BodyT]):
             log.debug("%s for user %r", self.id, self.user)
         limit = self.request.app.state.settings.max_sequences
         check_sequence_count(self.prompt_count(), self.samples_per_prompt, limit, self.prompts_param)
+        self.body = model.config.defaults.under(self.body)
         requests = self.sequences()
         if len(requests) > limit:  # an endpoint whose `prompt_count` undercounts
             check_sequence_count(len(requests), 1, limit, self.prompts_param)
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
-            return await sse_response(self.stream(deltas), self.request)
+            return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
         tally = await collect(self.request, deltas)
         if tally is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         return json_response(self.final_body(tally, len(requests)))
 
-    async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[str]:
+    async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
         """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
         async with closing(deltas):  # a stalled reader's stream is closed at a `yield`

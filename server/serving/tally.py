@@ -19,8 +19,9 @@ class CallSoFar:
 
 @dataclass
 class Tally:
-    """Per-choice text, tool calls, logprobs, finish reason and token counts, for non-streamed
-    bodies and usage."""
+    """Per-choice text, tool calls, logprobs, finish reason (and the stop string behind it), and
+    token counts (cached prompt tokens too, where the engine says), for non-streamed bodies and
+    usage."""
 
     texts: dict[int, list[str]] = field(default_factory=dict)
     finish: dict[int, FinishReason | None] = field(default_factory=dict)
@@ -29,6 +30,8 @@ class Tally:
     logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
     prompt_logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
     calls: dict[int, dict[int, CallSoFar]] = field(default_factory=dict)
+    stop_sequences: dict[int, str] = field(default_factory=dict)
+    cached_tokens: dict[int, int] = field(default_factory=dict)
 
     def add(self, index: int, delta: Delta) -> None:
         self.texts.setdefault(index, []).append(delta.text)
@@ -36,6 +39,10 @@ class Tally:
         self.completion_tokens[index] = delta.completion_tokens
         if delta.finish_reason is not None:
             self.finish[index] = delta.finish_reason
+            if delta.stop_sequence is not None:
+                self.stop_sequences[index] = delta.stop_sequence
+        if delta.cached_tokens is not None:
+            self.cached_tokens[index] = delta.cached_tokens
         if delta.logprobs:
             self.logprobs.setdefault(index, []).extend(delta.logprobs)
         if delta.prompt_logprobs:

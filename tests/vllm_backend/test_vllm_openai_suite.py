@@ -70,6 +70,23 @@ from tests.test_parameters import (  # noqa: F401
     test_logit_bias_forces_and_bans,
     test_tokenizer_errors,
 )
+from tests.test_sampling_extras import (  # noqa: F401
+    test_a_regex_llama_cpp_cannot_express_is_400,
+    test_bad_extensions_are_400_naming_the_field,
+    test_bad_words_and_allowed_token_ids,
+    test_choice,
+    test_gbnf_grammar,
+    test_ignore_eos_runs_to_max_tokens,
+    test_include_stop_str_in_output_keeps_the_stop_string,
+    test_json_schema,
+    test_min_tokens_holds_off_the_end,
+    test_regex,
+    test_repetition_penalty_covers_the_prompt,
+    test_skip_special_tokens_false_shows_them,
+    test_stop_token_ids_end_generation,
+    test_top_k_1_and_min_p_1_equal_greedy,
+    test_truncate_prompt_tokens_keeps_the_end,
+)
 from tests.test_streaming_lifecycle import test_curl_streaming  # noqa: F401
 from tests.test_structured_output import (  # noqa: F401
     test_bad_formats_are_400,

@@ -38,9 +38,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.engines.base import Engine, loaded
+from backends.engines.base import loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, decode_error
+from backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
 from protocol.errors import BadRequestError
@@ -50,8 +51,6 @@ from protocol.generation import (
     EmbedResult,
     FinishReason,
     GenerateRequest,
-    TokenizeRequest,
-    TokenizeResult,
     TokenLogprob,
 )
 
@@ -85,7 +84,7 @@ class _Sequence:
         return self.feed.cancel
 
 
-class BatchedLlamaCppEngine(Engine):
+class BatchedLlamaCppEngine(LlamaModelEngine):
     """`backend: llama_cpp` with `n_seq_max` > 1: one scheduler thread decodes every running sequence in
     shared batches (module docstring). Generation only."""
 
@@ -122,24 +121,6 @@ class BatchedLlamaCppEngine(Engine):
     @property
     def context_length(self) -> int:
         return self._seq_ctx
-
-    @property
-    def _llm(self) -> Any:
-        """The `Llama` object (tokenizer, vocabulary), None before `start()`; tests read it."""
-        return None if self._model is None else self._model.llm
-
-    async def check_health(self) -> None:
-        loaded(self._model)
-
-    async def count_tokens(self, text: str) -> int:
-        return await loaded(self._model).count_tokens(text)
-
-    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
-        model = loaded(self._model)
-        return await asyncio.to_thread(model.tokenize, request, self.context_length)
-
-    async def detokenize(self, tokens: list[int]) -> str:
-        return await loaded(self._model).detokenize(tokens)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         loaded(self._model)
@@ -254,6 +235,7 @@ class BatchedLlamaCppEngine(Engine):
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             seq.slot, seq.fed = slot, keep
+            seq.out.builder.cached_tokens = keep
             running[slot] = seq
 
     def _fill(

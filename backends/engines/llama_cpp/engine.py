@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from backends.engines.base import Engine, check_token_ids, loaded
+from backends.engines.base import check_token_ids, loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, Prepared, decode_error
+from backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
 from protocol.embeddings import unit_vector
@@ -32,8 +33,6 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
-    TokenizeRequest,
-    TokenizeResult,
 )
 
 __all__ = ["DEFAULT_ENGINE_KWARGS", "LlamaCppEngine"]
@@ -42,7 +41,7 @@ __all__ = ["DEFAULT_ENGINE_KWARGS", "LlamaCppEngine"]
 MAX_QUEUED_DELTAS = 64
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(LlamaModelEngine):
     """`backend: llama_cpp`, one sequence at a time: every call runs on one thread because a `Llama` is not
     re-entrant. Serves generation and embeddings."""
 
@@ -70,24 +69,6 @@ class LlamaCppEngine(Engine):
     @property
     def context_length(self) -> int:
         return int(loaded(self._model).llm.n_ctx())
-
-    @property
-    def _llm(self) -> Any:
-        """The `Llama` object (tokenizer, vocabulary), None before `start()`; tests read it."""
-        return None if self._model is None else self._model.llm
-
-    async def check_health(self) -> None:
-        loaded(self._model)
-
-    async def count_tokens(self, text: str) -> int:
-        return await loaded(self._model).count_tokens(text)
-
-    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
-        model = loaded(self._model)
-        return await asyncio.to_thread(model.tokenize, request, self.context_length)
-
-    async def detokenize(self, tokens: list[int]) -> str:
-        return await loaded(self._model).detokenize(tokens)
 
     # -- generation -------------------------------------------------------------------------
 
@@ -131,7 +112,7 @@ class LlamaCppEngine(Engine):
                 llm, job.prompt, sampling.prompt_logprobs
             )
         else:
-            sampling_lib.prefill(llm, job.prompt)
+            seq.builder.cached_tokens = sampling_lib.prefill(llm, job.prompt)
         ctx = llm._ctx.ctx
         while not cancel.is_set():
             token = job.sampler.sample(ctx)

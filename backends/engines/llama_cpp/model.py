@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.engines import tool_calls
-from backends.engines.base import check_token_ids, completion_budget
+from backends.engines.base import check_token_ids, completion_budget, truncate_prompt
 from backends.engines.llama_cpp import sampling as sampling_lib
 from protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from protocol.generation import (
@@ -138,10 +138,17 @@ class LlamaModel:
         prompt, the context-length check, and the sampler. Built off the engine thread: grammar
         compilation reads only the (immutable) vocabulary."""
         tokens = await asyncio.to_thread(self.prompt_tokens, request)
+        tokens = truncate_prompt(tokens, request.sampling.truncate_prompt_tokens, context_length)
         budget = completion_budget(request, len(tokens), context_length)
         seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
         sampler = await asyncio.to_thread(
-            sampling_lib.build_sampler, self.llm, request.sampling, request.tools, seed
+            sampling_lib.build_sampler,
+            self.llm,
+            request.sampling,
+            request.tools,
+            seed,
+            tokens,
+            context_length,
         )
         return Prepared(tokens, budget, sampler)
 

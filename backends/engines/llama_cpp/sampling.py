@@ -3,7 +3,13 @@
 llama-cpp-python's own `Llama.generate` builds a fixed chain without logit bias or lazy grammars,
 so the engine builds its own from llama.cpp's samplers:
 
-    [grammar] -> logit_bias -> penalties -> greedy | (temperature -> top_p -> random draw)
+    [mask] -> [grammar] -> logit_bias -> repetition penalty -> frequency/presence penalties
+        -> greedy | (temperature -> min_p -> top_k -> top_p -> random draw)
+
+The order is vLLM's (penalties before temperature; min_p, top_k and top_p on the tempered
+distribution). The mask (`token_mask.py`: min_tokens, ignore_eos, bad_words, allowed_token_ids)
+is written into the logits row itself. The repetition penalty is vLLM's: it covers the prompt and
+the output, so its sampler is fed the prompt first; frequency and presence cover the output only.
 
 A grammar checks every candidate against its rules, which over a 49k vocabulary costs several
 times the model's own step. So, as llama.cpp's own `common_sampler` does, the token is first
@@ -12,8 +18,9 @@ drawn without the grammar and only checked against it; the grammar masks the who
 distribution, because masking commutes with the additive bias and penalties.
 
 Temperature comes before top_p as in OpenAI's and vLLM's definition (the nucleus is taken from
-the tempered distribution). Reported logprobs are the model's raw distribution at each step
-(before bias, penalties, grammar and temperature), as vLLM reports them by default.
+the tempered distribution), and top_k before top_p as in vLLM (the nucleus of the k likeliest).
+Reported logprobs are the model's raw distribution at each step (before bias, penalties, grammar
+and temperature), as vLLM reports them by default.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from typing import Any
 import llama_cpp
 import numpy as np
 from llama_cpp._internals import LlamaSampler
-from llama_cpp.llama_grammar import SchemaConverter
+from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
 from backends.engines import tool_calls
+from backends.engines.llama_cpp import gbnf, int_range
+from backends.engines.llama_cpp.token_mask import TokenMask
 from protocol.errors import BadRequestError
 from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 
@@ -38,8 +47,26 @@ REEVALUATED = 2
 PENALTY_LAST_N = 64
 
 
+class _Converter(SchemaConverter):
+    """llama-cpp-python's converter, plus integer bounds (it leaves them as a TODO): see int_range."""
+
+    def visit(self, schema: dict[str, Any], name: str) -> str:
+        if schema.get("type") == "integer" and int_range.has_bounds(schema):
+            lo, hi = int_range.bounds(schema)
+            rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+            rule = int_range.range_rule(lo, hi) + " space"
+            return str(self._add_rule(rule_name, rule))  # type: ignore[no-untyped-call]
+        return str(super().visit(schema, name))  # type: ignore[no-untyped-call]
+
+    def format_grammar(self) -> str:
+        """JSON strings hold no raw control characters; the converter's `char` rule allowed them
+        (a raw newline inside a string made an answer that `json.loads` refuses)."""
+        grammar = str(super().format_grammar())  # type: ignore[no-untyped-call]
+        return grammar.replace('char ::= [^"\\\\] |', 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |', 1)
+
+
 def _converter() -> SchemaConverter:
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
 
 
 def _schema_grammar(schema: dict[str, Any]) -> str:
@@ -61,8 +88,15 @@ def _tool_grammar(tools: ToolsSpec) -> str:
 
 def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str, bool] | None:
     """The GBNF grammar constraining this request and whether it is lazy (waits for the
-    `<tool_call>` trigger), or None. Raises a 400 for a schema the converter cannot handle."""
+    `<tool_call>` trigger), or None. Raises a 400 for a schema, regex or choice list the
+    converters cannot handle (a GBNF `grammar` is compiled, and refused, by llama.cpp itself)."""
     tool_calls.refuse_schema_with_tools(sampling, tools, BACKEND)
+    if sampling.grammar is not None:
+        return sampling.grammar, False
+    if sampling.regex is not None:
+        return gbnf.regex_grammar(sampling.regex), False
+    if sampling.choice is not None:
+        return gbnf.choice_grammar(sampling.choice), False
     use_tools = tool_calls.active(tools)
     try:
         if sampling.json_schema is not None:
@@ -85,10 +119,14 @@ class TokenSampler:
     The row is a batch index as `llama_get_logits_ith` takes it: -1 (the last) for the
     one-sequence engine, the sequence's own token in the shared batch for the batched one."""
 
-    def __init__(self, chain: LlamaSampler, grammar: Any, n_vocab: int) -> None:
+    def __init__(
+        self, chain: LlamaSampler, grammar: Any, n_vocab: int, mask: TokenMask | None = None
+    ) -> None:
         self._chain = chain
         self._grammar = grammar
         self._n_vocab = n_vocab
+        self._mask = mask
+        self._history: list[int] = []  # what this sampler drew: the mask's rules look back on it
         if grammar is not None:
             self._cur = (llama_cpp.llama_token_data * n_vocab)()
             self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
@@ -97,6 +135,18 @@ class TokenSampler:
 
     def sample(self, ctx: Any, row: int = -1) -> int:
         """`ctx`: the raw `llama_context` pointer."""
+        if self._mask is None:
+            return self._sample(ctx, row)
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
+        self._mask.apply(logits, self._history)
+        try:
+            token = self._sample(ctx, row)
+        finally:
+            self._mask.undo(logits)
+        self._history.append(token)
+        return token
+
+    def _sample(self, ctx: Any, row: int) -> int:
         if self._grammar is None:
             return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
         ptr = llama_cpp.llama_get_logits_ith(ctx, row)
@@ -145,8 +195,30 @@ class TokenSampler:
     __del__ = close
 
 
-def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, seed: int) -> TokenSampler:
+def _repetition_penalty(
+    sampler: LlamaSampler, n_vocab: int, penalty: float, prompt: list[int], window: int
+) -> None:
+    """vLLM's repetition penalty: over the prompt and the output (the sampler is told the prompt
+    before it joins the chain, which then feeds it each drawn token)."""
+    one = llama_cpp.llama_sampler_init_penalties(n_vocab, window, penalty, 0.0, 0.0)
+    for token in prompt[-window:]:
+        llama_cpp.llama_sampler_accept(one, token)
+    llama_cpp.llama_sampler_chain_add(sampler.sampler, one)
+
+
+def build_sampler(
+    llm: Any,
+    sampling: SamplingParams,
+    tools: ToolsSpec | None,
+    seed: int,
+    prompt: list[int] | None = None,
+    context_length: int = 0,
+) -> TokenSampler:
+    """`prompt`: the request's prompt tokens, which the repetition penalty covers, as far back as
+    `context_length` (the engine's, not `llm`'s: the batched engine's `Llama` has a tiny one)."""
     n_vocab = llm.n_vocab()
+    grammar = grammar_for(sampling, tools)
+    mask = TokenMask.build(llm, sampling, grammar_ends=grammar is not None)
     vocab = llm._model.vocab
     chain = LlamaSampler()
     if sampling.logit_bias:
@@ -157,6 +229,9 @@ def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, s
                 param="logit_bias",
             )
         chain.add_logit_bias(n_vocab, sampling.logit_bias)
+    if sampling.repetition_penalty != 1.0:
+        window = context_length or len(prompt or []) + (sampling.max_tokens or 0) or 1
+        _repetition_penalty(chain, n_vocab, sampling.repetition_penalty, prompt or [], window)
     if sampling.presence_penalty or sampling.frequency_penalty:
         chain.add_penalties(
             n_vocab, PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
@@ -165,11 +240,14 @@ def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, s
         chain.add_greedy()
     else:
         chain.add_temp(sampling.temperature)
+        if sampling.min_p > 0:
+            chain.add_min_p(sampling.min_p, 1)
+        if sampling.top_k_limit is not None:
+            chain.add_top_k(sampling.top_k_limit)
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
-    grammar = grammar_for(sampling, tools)
     if grammar is None:
-        return TokenSampler(chain, None, n_vocab)
+        return TokenSampler(chain, None, n_vocab, mask)
     text, lazy = grammar
     if lazy:
         patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())
@@ -182,10 +260,10 @@ def build_sampler(llm: Any, sampling: SamplingParams, tools: ToolsSpec | None, s
     if not sampler:  # NULL: llama.cpp could not parse the grammar (it logs why)
         chain.close()
         raise BadRequestError(
-            "llama.cpp could not compile the grammar for this schema.",
-            param="response_format" if sampling.json_schema is not None else "tools",
+            "llama.cpp could not compile the grammar for this request.",
+            param=tool_calls.constraint_param(sampling) if sampling.constrained else "tools",
         )
-    return TokenSampler(chain, sampler, n_vocab)
+    return TokenSampler(chain, sampler, n_vocab, mask)
 
 
 # -- log-probabilities --------------------------------------------------------------------------
@@ -262,13 +340,14 @@ def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[Tok
     return scored
 
 
-def prefill(llm: Any, tokens: list[int]) -> None:
+def prefill(llm: Any, tokens: list[int]) -> int:
     """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
     request (as `Llama.generate` does).
 
     At least `REEVALUATED` tokens are evaluated again: llama.cpp evaluates a lone token with other
     kernels than a batch, and its logits differ by up to 0.66 here (SmolLM2 Q8, measured), enough
-    to flip a greedy answer between a fresh prompt and the same prompt served from the cache."""
+    to flip a greedy answer between a fresh prompt and the same prompt served from the cache.
+    Returns how many prompt tokens came from the cache."""
     cached = llm.input_ids[: llm.n_tokens]
     shared = 0
     for a, b in zip(cached, tokens, strict=False):
@@ -280,4 +359,6 @@ def prefill(llm: Any, tokens: list[int]) -> None:
         llm.n_tokens = shared
     else:
         llm.reset()
-    llm.eval(tokens[llm.n_tokens :])
+    reused: int = llm.n_tokens
+    llm.eval(tokens[reused:])
+    return reused

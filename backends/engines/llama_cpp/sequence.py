@@ -40,7 +40,11 @@ class SequenceOutput:
         self._emit = emit
         self._stats = stats
         self._utf8 = Utf8Stream()
-        self._stops = StopMatcher(request.sampling.stop)
+        sampling = request.sampling
+        self._stops = StopMatcher(sampling.stop, sampling.include_stop_str_in_output)
+        self._stop_ids = frozenset(sampling.stop_token_ids)
+        self._keep_stop_token = sampling.include_stop_str_in_output
+        self._special = not sampling.skip_special_tokens
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
         self.builder = DeltaBuilder(n_prompt, parser)
 
@@ -55,9 +59,15 @@ class SequenceOutput:
             out.logprobs.append(sampling_lib.logprob_at(self._llm, ctx, row, token, self._top))
         out.n_out += 1
         self._stats.tokens_generated_total += 1
-        text, stopped = self._stops.push(self._utf8.push(self._llm.detokenize([token])))
+        piece = self._llm.detokenize([token], special=self._special)
+        if token in self._stop_ids:
+            # vLLM's rule: a stop token counts as generated; its text is kept only on request.
+            text, _ = self._stops.push(self._utf8.push(piece if self._keep_stop_token else b""))
+            self._emit_last(text + self._stops.flush() + self._utf8.flush(), "stop")
+            return True
+        text, stopped = self._stops.push(self._utf8.push(piece))
         if stopped:
-            self._emit_last(text, "stop")
+            self._emit_last(text, "stop", self._stops.matched)
             return True
         if out.n_out >= self._budget:
             self._emit_last(text + self._stops.flush() + self._utf8.flush(), "length")
@@ -72,7 +82,7 @@ class SequenceOutput:
         tail, _ = self._stops.push(self._utf8.flush())
         self._emit_last(tail + self._stops.flush(), reason)
 
-    def _emit_last(self, text: str, reason: FinishReason) -> None:
-        delta = self.builder.delta(text, reason)
+    def _emit_last(self, text: str, reason: FinishReason, stop_sequence: str | None = None) -> None:
+        delta = self.builder.delta(text, reason, stop_sequence)
         assert delta is not None  # a finish reason always makes a delta
         self._emit(delta)

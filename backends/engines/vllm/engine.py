@@ -31,6 +31,7 @@ from backends.engines.base import (
     check_token_ids,
     completion_budget,
     loaded,
+    truncate_prompt,
 )
 from backends.engines.deltas import DeltaBuilder
 from backends.engines.vllm import support as vllm_support
@@ -249,6 +250,9 @@ class VllmEngine(Engine):
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
         ids = await asyncio.to_thread(self._prompt_ids, request)
+        ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
+        check_token_ids(request.sampling.stop_token_ids, self._vocab, "stop_token_ids")
+        check_token_ids(request.sampling.allowed_token_ids or [], self._vocab, "allowed_token_ids")
         if not ids:
             raise BadRequestError("The prompt is empty.", param=request.prompt_param)
         budget = completion_budget(request, len(ids), self._context)
@@ -268,6 +272,8 @@ class VllmEngine(Engine):
                         piece = result.outputs[0]
                         if result.prompt_token_ids:
                             out.n_prompt = len(result.prompt_token_ids)
+                        if result.num_cached_tokens is not None:
+                            out.cached_tokens = result.num_cached_tokens
                         if sampling.prompt_logprobs is not None and result.prompt_logprobs:
                             out.prompt_logprobs = token_logprobs(
                                 pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
@@ -280,7 +286,9 @@ class VllmEngine(Engine):
                         self._stats.tokens_generated_total += len(piece.token_ids)
                         run.ended = result.finished
                         finish = _finish_reason(piece.finish_reason) if run.ended else None
-                        delta = out.delta(piece.text, finish)
+                        # vLLM's `stop_reason`: the stop string hit (str), a stop token id, or None.
+                        hit = piece.stop_reason if isinstance(piece.stop_reason, str) else None
+                        delta = out.delta(piece.text, finish, hit)
                         if delta is not None:
                             yield delta
             except EngineDeadError:
@@ -340,13 +348,13 @@ class VllmEngine(Engine):
 def _error_param(exc: Exception, request: GenerateRequest) -> str:
     """The request field a vLLM validation error is about, by OpenAI's names."""
     named = getattr(exc, "parameter", None)
-    if named in ("logit_bias", "logprobs", "seed", "stop"):
+    if named in ("logit_bias", "logprobs", "seed", "stop", "allowed_token_ids", "bad_words"):
         return str(named)
     if named == "prompt_logprobs":
         return "logprobs"
     if named == "structured_outputs" or "grammar" in str(exc).lower() or "schema" in str(exc).lower():
-        if request.sampling.json_schema is not None:
-            return "response_format"
+        if request.sampling.constrained:
+            return tool_calls.constraint_param(request.sampling)
         if tool_calls.active(request.tools):
             return "tools"
     return request.prompt_param

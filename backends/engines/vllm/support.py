@@ -65,8 +65,12 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
 
     * `n` is always 1: the gateway runs each of a request's `n` samples as its own sequence (with
       seed + i), so they spread over replicas and stream independently.
-    * No top-k / min-p / repetition penalty: OpenAI has none, and the model's
-      `generation_config.json` defaults are not applied (vLLM applies them only in its own server).
+    * vLLM's own extensions (`top_k`, `min_p`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
+      `stop_token_ids`, `bad_words` ...) map one to one; `top_k` off is vLLM's 0. The model's
+      `generation_config.json` defaults are not applied here (vLLM applies them only in its own
+      server); a deployment's `defaults:` are, by the gateway, before the request gets here.
+    * `min_tokens` is capped at the budget (vLLM refuses more than `max_tokens`, and the budget
+      may be below what the client asked when the context is short).
     * `DELTA` output: each `RequestOutput` carries only the new text and token ids, which is what
       a stream needs; stop strings are held back by vLLM until decided, so none leaks.
     * Logprobs are vLLM's default `raw_logprobs` (before bias, penalties, grammar and temperature),
@@ -76,21 +80,34 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
+    constraint = structured_outputs(sampling, tools)
+    # As on llama.cpp: a grammar's end is never held off. Ignoring EOS (or requiring more tokens)
+    # past a complete grammar would let vLLM write on outside it.
+    hold_eos = constraint is None
     return VllmSamplingParams(
         n=1,
         max_tokens=max_tokens,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
+        top_k=sampling.top_k_limit or 0,
+        min_p=sampling.min_p,
         seed=sampling.seed,
         stop=list(sampling.stop) or None,
+        stop_token_ids=list(sampling.stop_token_ids) or None,
+        include_stop_str_in_output=sampling.include_stop_str_in_output,
+        ignore_eos=sampling.ignore_eos and hold_eos,
+        min_tokens=min(sampling.min_tokens, max_tokens) if hold_eos else 0,
         presence_penalty=sampling.presence_penalty,
         frequency_penalty=sampling.frequency_penalty,
+        repetition_penalty=sampling.repetition_penalty,
+        allowed_token_ids=sampling.allowed_token_ids,
+        bad_words=list(sampling.bad_words) or None,
         logprobs=sampling.logprobs,
         prompt_logprobs=sampling.prompt_logprobs,
         logit_bias=sampling.logit_bias or None,
-        structured_outputs=structured_outputs(sampling, tools),
+        structured_outputs=constraint,
         output_kind=RequestOutputKind.DELTA,
-        skip_special_tokens=True,
+        skip_special_tokens=sampling.skip_special_tokens,
     )
 
 
@@ -116,6 +133,9 @@ def structured_outputs(sampling: SamplingParams, tools: ToolsSpec | None) -> Any
     from vllm.sampling_params import StructuredOutputsParams
 
     tool_calls.refuse_schema_with_tools(sampling, tools, "vllm")
+    if sampling.regex is not None or sampling.choice is not None or sampling.grammar is not None:
+        # vLLM's own structured outputs: xgrammar compiles the regex, choice list or GBNF grammar.
+        return StructuredOutputsParams(regex=sampling.regex, choice=sampling.choice, grammar=sampling.grammar)
     fmt: dict[str, Any]
     if sampling.json_schema is not None:
         fmt = _json(sampling.json_schema)

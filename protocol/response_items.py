@@ -1,0 +1,136 @@
+"""The Responses API's conversation items, and how a conversation becomes chat turns.
+
+Every item a request brings in and every item the model produces is normalised to one of four
+shapes (OpenAI's `ItemResource` shapes, with ids): what `input_items` lists, what a stored
+response keeps for `previous_response_id`, and what `engine_messages` turns into the engine's
+`ChatMessage`s, so both engines serve the Responses API through the same path as chat.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from protocol.base import ResponseModel
+from protocol.generation import ChatMessage, ToolCall
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+def item_id(prefix: str) -> str:
+    """OpenAI's id shape for items and responses: `msg_…`, `fc_…`, `resp_…`."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class InputTextContent(ResponseModel):
+    """A text part of a user, system or developer message."""
+
+    type: Literal["input_text"] = "input_text"
+    text: str
+
+
+class OutputTextContent(ResponseModel):
+    """The text part of an assistant message (no annotations or logprobs are produced)."""
+
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class InputMessageItem(ResponseModel):
+    """A user, system or developer turn."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer"]
+    content: list[InputTextContent]
+    status: ItemStatus = "completed"
+
+
+class OutputMessageItem(ResponseModel):
+    """An assistant turn: generated here, or replayed by a client as input."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputTextContent]
+    status: ItemStatus
+
+    def text(self) -> str:
+        return "".join(part.text for part in self.content)
+
+
+class FunctionCallItem(ResponseModel):
+    """A call the model made; `call_id` pairs it with its `function_call_output`."""
+
+    id: str
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus
+
+
+class FunctionCallOutputItem(ResponseModel):
+    """The result of a function call, as the client sent it back."""
+
+    id: str
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    output: str
+    status: ItemStatus = "completed"
+
+
+def _conversation_kind(value: Any) -> str:
+    """Both message shapes have `type: message`: the role tells them apart."""
+    get = value.get if isinstance(value, dict) else lambda k, d=None: getattr(value, k, d)
+    kind = str(get("type", "message"))
+    if kind == "message":
+        return "assistant" if get("role") == "assistant" else "message"
+    return kind
+
+
+# One conversation item, as code handles it (`ConversationItem` is the same, tagged for parsing).
+Item = InputMessageItem | OutputMessageItem | FunctionCallItem | FunctionCallOutputItem
+
+ConversationItem = Annotated[
+    Annotated[InputMessageItem, Tag("message")]
+    | Annotated[OutputMessageItem, Tag("assistant")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    Discriminator(_conversation_kind),
+]
+OutputItem = Annotated[
+    Annotated[OutputMessageItem, Tag("assistant")] | Annotated[FunctionCallItem, Tag("function_call")],
+    Discriminator(_conversation_kind),
+]
+
+
+def engine_messages(instructions: str | None, items: list[Item]) -> list[ChatMessage]:
+    """The conversation as chat turns: instructions first (a system turn), function calls folded
+    into the assistant turn they follow (as chat's `tool_calls`), their outputs as `tool` turns."""
+    out = [ChatMessage(role="system", content=instructions)] if instructions else []
+    names: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, InputMessageItem):
+            out.append(ChatMessage(role=item.role, content="".join(p.text for p in item.content)))
+        elif isinstance(item, OutputMessageItem):
+            out.append(ChatMessage(role="assistant", content=item.text()))
+        elif isinstance(item, FunctionCallItem):
+            names[item.call_id] = item.name
+            call = ToolCall(item.call_id, item.name, item.arguments)
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                last.tool_calls = [*(last.tool_calls or []), call]
+            else:
+                out.append(ChatMessage(role="assistant", content="", tool_calls=[call]))
+        else:
+            out.append(
+                ChatMessage(
+                    role="tool", content=item.output, name=names.get(item.call_id), tool_call_id=item.call_id
+                )
+            )
+    return out

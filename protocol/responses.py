@@ -1,0 +1,330 @@
+"""`POST /v1/responses`: the request (the response object and what the store keeps are in
+`protocol/response_object.py`).
+
+The Responses API describes a conversation as typed *items* rather than chat messages; the request
+models here accept OpenAI's input forms and normalise them to the items of
+`protocol/response_items.py`, from which the engine gets ordinary chat turns. The stream events
+live in `protocol/response_events.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator
+
+from protocol.base import RequestModel
+from protocol.errors import BadRequestError, OpenAIError, UnsupportedParameterError
+from protocol.generation import SamplingParams, ToolsSpec
+from protocol.response_items import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputMessageItem,
+    InputTextContent,
+    Item,
+    OutputMessageItem,
+    OutputTextContent,
+    item_id,
+)
+from protocol.tools import (
+    FUNCTION_NAME_PATTERN,
+    FunctionDefinition,
+    FunctionName,
+    NamedToolChoice,
+    ToolDefinition,
+    tools_spec,
+)
+
+ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
+
+# Content part types whose `text` is plain text a text-only model can read.
+TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+MAX_METADATA_PAIRS = 16  # OpenAI's limits on `metadata`
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+
+class ResponseNotFoundError(OpenAIError):
+    """404 for a response id that is unknown, expired, deleted, or another API key's (the same
+    answer for all four, so ids of other keys cannot be probed)."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+    @classmethod
+    def for_id(cls, response_id: str, param: str | None = None) -> ResponseNotFoundError:
+        what = "Previous response" if param == "previous_response_id" else "Response"
+        return cls(f"{what} with id '{response_id}' not found.", param=param)
+
+
+# -- request --------------------------------------------------------------------------------------
+
+
+class InputContentPart(RequestModel):
+    """A part of an input message; only text parts are read, any other type is refused by name."""
+
+    type: str
+    text: str | None = None
+
+
+def _part_texts(content: str | list[InputContentPart], param: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for i, part in enumerate(content):
+        if part.type not in TEXT_PARTS or part.text is None:
+            raise BadRequestError(
+                f"Content part of type `{part.type}` is not supported by this model (it accepts text "
+                "parts only).",
+                param=f"{param}[{i}]",
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+class MessageInput(RequestModel):
+    """A message in `input`: `content` a string or text parts (`input_text`, or `output_text` for
+    an assistant turn replayed from an earlier response)."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[InputContentPart]
+    id: str | None = None
+
+    def to_item(self, param: str) -> InputMessageItem | OutputMessageItem:
+        text = _part_texts(self.content, f"{param}.content")
+        if self.role == "assistant":
+            return OutputMessageItem(
+                id=self.id or item_id("msg"), content=[OutputTextContent(text=text)], status="completed"
+            )
+        return InputMessageItem(id=item_id("msg"), role=self.role, content=[InputTextContent(text=text)])
+
+
+class FunctionCallInput(RequestModel):
+    """A call the model made in an earlier turn, replayed by the client."""
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str
+    arguments: str
+    id: str | None = None
+
+    def to_item(self) -> FunctionCallItem:
+        return FunctionCallItem(
+            id=self.id or item_id("fc"),
+            call_id=self.call_id,
+            name=self.name,
+            arguments=self.arguments,
+            status="completed",
+        )
+
+
+class FunctionCallOutputInput(RequestModel):
+    """The client's result for a function call (`call_id` names the call)."""
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1, max_length=64)
+    output: str | list[InputContentPart]
+    id: str | None = None
+
+    def to_item(self, param: str) -> FunctionCallOutputItem:
+        output = _part_texts(self.output, f"{param}.output")
+        return FunctionCallOutputItem(id=self.id or item_id("fco"), call_id=self.call_id, output=output)
+
+
+class OtherInput(RequestModel):
+    """Any other item type (`reasoning`, `item_reference`, built-in tool calls): refused by name."""
+
+    type: str
+
+
+def _input_kind(value: Any) -> str:
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
+    return kind if kind in ("message", "function_call", "function_call_output") else "other"
+
+
+InputItem = Annotated[
+    Annotated[MessageInput, Tag("message")]
+    | Annotated[FunctionCallInput, Tag("function_call")]
+    | Annotated[FunctionCallOutputInput, Tag("function_call_output")]
+    | Annotated[OtherInput, Tag("other")],
+    Discriminator(_input_kind),
+]
+
+
+class ResponsesTool(RequestModel):
+    """An entry of `tools`. Only `function` tools can run here; the others (`web_search`,
+    `file_search`, `computer_use_preview`, ...) are OpenAI's hosted tools and are refused by name."""
+
+    type: str
+    name: str | None = Field(None, pattern=FUNCTION_NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolChoiceObject(RequestModel):
+    """`{"type": "function", "name": ...}` forces that function; other object forms are refused."""
+
+    type: str
+    name: str | None = None
+
+
+class TextFormat(RequestModel):
+    """`text.format`: `text`, `json_object`, or `json_schema` (flat: name, schema, strict)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(None, min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+    def output_schema(self) -> dict[str, Any] | None:
+        if self.type == "json_object":
+            return {"type": "object"}
+        if self.type == "json_schema":
+            if self.name is None or self.schema_ is None:
+                raise BadRequestError(
+                    "`text.format` of type `json_schema` needs `name` and `schema`.", param="text.format"
+                )
+            return self.schema_
+        return None
+
+
+class TextConfig(RequestModel):
+    """`text`: the output's format (`verbosity` is accepted; there is one verbosity here)."""
+
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+class CreateResponseRequest(RequestModel):
+    """The body of `POST /v1/responses`."""
+
+    model: str = Field(min_length=1)
+    input: str | list[InputItem]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=16)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    tools: list[ResponsesTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceObject | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    store: bool | None = True
+    stream: bool | None = False
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    # Fields with a meaning this gateway does not implement: refused by name when they ask for it.
+    background: bool | None = None
+    conversation: Any = None
+    prompt: Any = None
+    include: list[str] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: str | None = None
+    top_logprobs: int | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded_metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_METADATA_PAIRS:
+            raise ValueError(f"at most {MAX_METADATA_PAIRS} key-value pairs are allowed")
+        for key, item in value.items():
+            if len(key) > MAX_METADATA_KEY or len(item) > MAX_METADATA_VALUE:
+                raise ValueError(
+                    f"keys are at most {MAX_METADATA_KEY} characters, values at most {MAX_METADATA_VALUE}"
+                )
+        return value
+
+    def unsupported_fields(self) -> list[str]:
+        """Fields asking for something no backend here does; refused by name (server/serving/resolve)."""
+        refused = []
+        if self.background:
+            refused.append("background")
+        if self.conversation is not None:
+            refused.append("conversation")
+        if self.prompt is not None:
+            refused.append("prompt")
+        if self.include:
+            refused.append("include")
+        if self.reasoning and any(v is not None for v in self.reasoning.values()):
+            refused.append("reasoning")
+        if self.truncation not in (None, "disabled"):
+            refused.append("truncation")
+        if self.top_logprobs:
+            refused.append("top_logprobs")
+        return refused
+
+    # -- what the engine gets ----------------------------------------------------------------------
+
+    def input_items(self) -> list[Item]:
+        """`input` as conversation items, with ids (a string is one user message)."""
+        if isinstance(self.input, str):
+            text = InputTextContent(text=self.input)
+            return [InputMessageItem(id=item_id("msg"), role="user", content=[text])]
+        items: list[Item] = []
+        for i, entry in enumerate(self.input):
+            param = f"input[{i}]"
+            if isinstance(entry, MessageInput | FunctionCallOutputInput):
+                items.append(entry.to_item(param))
+            elif isinstance(entry, FunctionCallInput):
+                items.append(entry.to_item())
+            else:
+                raise UnsupportedParameterError(
+                    f"Input items of type `{entry.type}` are not supported: send messages, "
+                    "`function_call` and `function_call_output` items.",
+                    param=param,
+                )
+        return items
+
+    def format(self) -> TextFormat:
+        return self.text.format if self.text and self.text.format else TextFormat(type="text")
+
+    def to_sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=self.max_output_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            json_schema=self.format().output_schema(),
+        )
+
+    def function_tools(self) -> list[ResponsesTool]:
+        """The function tools; any hosted tool type is a 400 that names every one of them."""
+        tools = self.tools or []
+        hosted = sorted({t.type for t in tools if t.type != "function"})
+        if hosted:
+            raise UnsupportedParameterError(
+                f"Tools of type {', '.join(f'`{t}`' for t in hosted)} are not supported: Raygate runs "
+                "`function` tools only (the client executes them).",
+                param="tools",
+            )
+        for i, tool in enumerate(tools):
+            if tool.name is None:
+                raise BadRequestError("A `function` tool needs `name`.", param=f"tools[{i}].name")
+        return tools
+
+    def tools_spec(self) -> ToolsSpec | None:
+        """The same normalisation as chat's `tools` / `tool_choice` (protocol/tools.py)."""
+        definitions = [
+            ToolDefinition(
+                type="function",
+                function=FunctionDefinition(
+                    name=str(t.name), description=t.description, parameters=t.parameters, strict=t.strict
+                ),
+            )
+            for t in self.function_tools()
+        ]
+        choice = self.tool_choice
+        if isinstance(choice, ToolChoiceObject):
+            if choice.type != "function" or choice.name is None:
+                raise UnsupportedParameterError(
+                    f"`tool_choice` of type `{choice.type}` is not supported: use `none`, `auto`, "
+                    '`required` or `{"type": "function", "name": ...}`.',
+                    param="tool_choice",
+                )
+            named = NamedToolChoice(type="function", function=FunctionName(name=choice.name))
+            return tools_spec(definitions, named, self.parallel_tool_calls)
+        return tools_spec(definitions, choice, self.parallel_tool_calls)

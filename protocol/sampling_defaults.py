@@ -1,0 +1,46 @@
+"""A deployment's default sampling: what a model is served with when the request does not say.
+
+Models come with recommended settings (Qwen's `temperature 0.7, top_p 0.8, top_k 20`, a
+repetition penalty for small models that loop); vLLM reads them from `generation_config.json`,
+llama-server from its command line. Here they are the `defaults:` block of a model's config, set
+in the YAML, through `/admin` or `raygate deploy`. A field the request sets always wins, the
+same rule vLLM applies ("user -> server default -> OpenAI default").
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel, Field
+
+from protocol.base import StrictModel
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+
+# Chat's two spellings of the token budget: either one set by the request overrides the default.
+_SAME_FIELD = {"max_tokens": ("max_tokens", "max_completion_tokens")}
+
+
+class SamplingDefaults(StrictModel):
+    """Strict, with the request fields' own names and bounds: a typo fails the deploy."""
+
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    max_tokens: int | None = Field(None, ge=1)
+
+    def under(self, body: BodyT) -> BodyT:
+        """`body` with each default filled in where the request left the field unset; fields a
+        body does not have (an endpoint with other names) are left alone."""
+        fields = type(body).model_fields
+        sent = body.model_fields_set
+        update = {
+            name: value
+            for name, value in self.model_dump(exclude_none=True).items()
+            if name in fields and not sent.intersection(_SAME_FIELD.get(name, (name,)))
+        }
+        return body.model_copy(update=update) if update else body
