@@ -24,7 +24,7 @@ import ray
 from backends.cluster.router import UNREAD_BATCHES
 from protocol.generation import GenerateRequest, SamplingParams
 from tests.conftest import CHAT_MODEL, replica_actors
-from tests.support.admin import chat_spec, settled_ready, wait_deployment
+from tests.support.admin import chat_spec, deployed
 from tests.support.gateway import GatewayProcess
 from tests.support.ops import wait_for
 
@@ -97,12 +97,8 @@ def test_the_decode_thread_waits_for_its_reader_and_closing_aborts(gateway: Gate
 @pytest.fixture(scope="module")
 def batched(gateway: GatewayProcess) -> Iterator[str]:
     spec = chat_spec(BATCHED, engine={"n_ctx": 2048, "n_threads": 1, "n_seq_max": 2})
-    r = httpx.post(f"{gateway.url}/admin/deployments", json=spec, timeout=30)
-    assert r.status_code == 202, r.text
-    wait_deployment(gateway.url, BATCHED, settled_ready(1))
-    yield BATCHED
-    r = httpx.delete(f"{gateway.url}/admin/deployments/{BATCHED}", params={"timeout": 30}, timeout=60)
-    assert r.status_code == 200, r.text
+    with deployed(gateway.url, spec) as name:
+        yield name
 
 
 def test_the_batched_scheduler_pauses_a_stalled_sequence_and_serves_the_others(
