@@ -134,8 +134,10 @@ class RoutingConfig(StrictModel):
     the least-loaded replica when the preferred one has `max_imbalance` more requests in flight.
     """
 
+    # The default is what `python -m bench.routing` measured better (README: Routing and
+    # autoscaling): with today's one-slot llama.cpp prompt cache, affinity gained nothing measurable.
     policy: RoutingPolicy = Field(
-        "prefix_affinity", description="`prefix_affinity` (default) or `least_loaded`."
+        "least_loaded", description="`least_loaded` (default) or `prefix_affinity`."
     )
     max_imbalance: int = Field(
         2,
