@@ -72,9 +72,10 @@ def _buckets(metric: Any, model: str, observed: dict[str, list[Any]]) -> tuple[t
     return tuple((float(bound), float(n)) for bound, n in counts.items() if not isinstance(bound, str))
 
 
-def take_sample(metrics: GatewayMetrics, at: float) -> Sample:
+def take_sample(metrics: GatewayMetrics, at: float, live: set[str] | None = None) -> Sample:
     """Read the registry once. Requests are HTTP requests that named the model (any endpoint, any
-    status); tokens are generated tokens."""
+    status); tokens are generated tokens. `live`: the models deployed now (the registry keeps an
+    undeployed model's last gauges forever; its chart ends instead)."""
     requests = _by_model(metrics.http_requests.values.items())
     tokens = _by_model(metrics.generation_tokens.values.items())
     running = _by_model(metrics.running.values.items())
@@ -82,6 +83,8 @@ def take_sample(metrics: GatewayMetrics, at: float) -> Sample:
     ready = _by_model(metrics.replicas_ready.values.items())
     ttft = _by_model(metrics.ttft.values.items())
     names = set(requests) | set(running) | set(ready) | set(ttft) | set(tokens)
+    if live is not None:
+        names &= live
     return Sample(
         at,
         {
@@ -131,22 +134,23 @@ class MetricsHistory:
     def __init__(self, keep: int = KEEP_SAMPLES) -> None:
         self.samples: deque[Sample] = deque(maxlen=keep)
 
-    def record(self, metrics: GatewayMetrics, at: float | None = None) -> None:
-        self.samples.append(take_sample(metrics, time.time() if at is None else at))
+    def record(self, metrics: GatewayMetrics, at: float | None = None, live: set[str] | None = None) -> None:
+        self.samples.append(take_sample(metrics, time.time() if at is None else at, live))
 
     async def run(self, metrics: GatewayMetrics, routers: Callable[[], list[ModelRouter]]) -> None:
         """Sample every `SAMPLE_SECONDS` until cancelled (the app's lifespan owns the task)."""
         while True:
             try:
-                metrics.observe_replicas(routers())  # replica counts live in the routers
-                self.record(metrics)
+                current = routers()
+                metrics.observe_replicas(current)  # replica counts live in the routers
+                self.record(metrics, live={r.config.name for r in current})
             except Exception:  # a bad sample must not end the charts for the process's life
                 log.exception("metrics sample failed")
             await asyncio.sleep(SAMPLE_SECONDS)
 
     def series(self) -> MetricsHistoryBody:
-        """`{"models": {name: {"t": [...], "requests_per_s": [...], ...}}}`: one point per interval
-        between neighbouring samples, stamped with the interval's end (Unix seconds)."""
+        """One point per model and interval between neighbouring samples, stamped with the
+        interval's end (Unix seconds)."""
         samples = list(self.samples)
         models: dict[str, dict[str, list[float | None]]] = {}
         for prev, cur in pairwise(samples):

@@ -48,3 +48,14 @@ def test_a_model_without_traffic_and_the_ring_bound() -> None:
     idle = history.series().models["idle"]
     assert idle.t == [3.0, 4.0]  # three samples kept, two intervals
     assert idle.ttft_p50_s == [None, None] and idle.requests_per_s == [0.0, 0.0]
+
+
+def test_an_undeployed_model_leaves_the_series() -> None:
+    metrics, history = GatewayMetrics(), MetricsHistory()
+    metrics.set_queue("kept", 0, 0)
+    metrics.set_queue("gone", 0, 0)  # its gauges stay in the registry after an undeploy
+    history.record(metrics, at=0.0, live={"kept", "gone"})
+    history.record(metrics, at=5.0, live={"kept", "gone"})
+    history.record(metrics, at=10.0, live={"kept"})
+    series = history.series().models
+    assert series["kept"].t == [5.0, 10.0] and series["gone"].t == [5.0]
