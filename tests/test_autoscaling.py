@@ -91,16 +91,20 @@ def _metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+# Starting the cluster counts here, and each replica is a Ray actor start: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None:
     first, second = gateways.first, gateways.second
     status = deployments(first.url)["auto"]
     assert (status["desired"], status["ready"], status["autoscaled"]) == (0, 0, True)
-    assert "auto" in [m.id for m in _client(first).models.list().data]  # at zero, still listed
+    with _client(first) as client:
+        assert "auto" in [m.id for m in client.models.list().data]  # at zero, still listed
 
     # A request at zero replicas waits while one starts, and is answered.
-    reply = _client(second).chat.completions.create(
-        model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=3
-    )
+    with _client(second) as client:
+        reply = client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
     assert reply.choices[0].finish_reason == "length" and reply.usage and reply.usage.completion_tokens == 3
     assert wait_deployment(first.url, "auto", lambda s: s["ready"] >= 1)["desired"] >= 1
 
@@ -110,18 +114,18 @@ def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None
     errors: list[BaseException] = []
 
     def keep_streaming(gw: GatewayProcess) -> None:
-        client = _client(gw)
-        while not stop.is_set():
-            try:
-                stream = client.chat.completions.create(
-                    model="auto", messages=[{"role": "user", "content": "go"}], max_tokens=60, stream=True
-                )
-                chunks = [c for c in stream if c.choices]
-                text = "".join(c.choices[0].delta.content or "" for c in chunks)
-                results.append((chunks[-1].choices[0].finish_reason, len(text.split())))
-            except BaseException as exc:  # recorded: the test fails on any lost request
-                errors.append(exc)
-                return
+        with _client(gw) as client:
+            while not stop.is_set():
+                try:
+                    with client.chat.completions.create(
+                        model="auto", messages=[{"role": "user", "content": "go"}], max_tokens=60, stream=True
+                    ) as stream:
+                        chunks = [c for c in stream if c.choices]
+                    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+                    results.append((chunks[-1].choices[0].finish_reason, len(text.split())))
+                except BaseException as exc:  # recorded: the test fails on any lost request
+                    errors.append(exc)
+                    return
 
     workers = [threading.Thread(target=keep_streaming, args=(gw,)) for gw in (first, first, second, second)]
     for w in workers:
@@ -150,7 +154,8 @@ def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None
     assert _metric(first.url, "raygate:scaling_events_total", model_name="auto") >= len(steps)
 
     # From zero again: answered.
-    again = _client(first).completions.create(model="auto", prompt="hello", max_tokens=2)
+    with _client(first) as client:
+        again = client.completions.create(model="auto", prompt="hello", max_tokens=2)
     assert again.choices[0].finish_reason == "length"
 
     listing = httpx.get(f"{first.url}/admin/deployments", timeout=30).json()["data"]
@@ -164,11 +169,12 @@ def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None
 
 
 def _sticky_chat(gw: GatewayProcess, user: str, max_tokens: int = 2) -> None:
-    reply = _client(gw).chat.completions.create(
-        model="sticky",
-        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
-        max_tokens=max_tokens,
-    )
+    with _client(gw) as client:
+        reply = client.chat.completions.create(
+            model="sticky",
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+            max_tokens=max_tokens,
+        )
     assert reply.choices[0].finish_reason == "length"
 
 
