@@ -13,7 +13,8 @@ engine request ids, metrics: server/guard.py).
 `GenerationServing` adds the steps every generating endpoint shares, in this order:
 
 1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full),
-   and fill in the model's `defaults:` where the body leaves a sampling field unset;
+   and fill in the model's defaults (its `defaults:` over its `generation_config`) where the
+   body leaves a sampling field unset;
 2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt);
 3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
 4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
@@ -156,7 +157,7 @@ class GenerationServing(Serving[BodyT]):
         model = self.resolve()
         if self.user:
             log.debug("%s for user %r", self.id, self.user)
-        self.body = model.config.defaults.under(self.body)
+        self.body = model.sampling_defaults().under(self.body)
         requests = self.sequences()
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
