@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 
 from protocol.base import StrictModel
+from protocol.generation import SamplingParams
 
 BodyT = TypeVar("BodyT", bound=BaseModel)
 
@@ -32,8 +33,9 @@ _GENERATION_CONFIG_KEYS: dict[str, Any] = {
     "max_new_tokens": None,
 }
 
-# Chat's two spellings of the token budget: either one set by the request overrides the default.
-_SAME_FIELD = {"max_tokens": ("max_tokens", "max_completion_tokens")}
+# Chat's two spellings of the token budget, and the Responses API's: one set by the request
+# overrides the default.
+_SAME_FIELD = {"max_tokens": ("max_tokens", "max_completion_tokens", "max_output_tokens")}
 
 
 class SamplingDefaults(StrictModel):
@@ -59,6 +61,17 @@ class SamplingDefaults(StrictModel):
             if name in fields and not sent.intersection(_SAME_FIELD.get(name, (name,)))
         }
         return body.model_copy(update=update) if update else body
+
+    def beyond(self, body: BaseModel, params: SamplingParams) -> None:
+        """Set on `params` the defaults `body` has no field for (a repetition penalty on the
+        Responses or Messages API, which cannot send one), unless the body set another spelling
+        of it (`max_output_tokens`). `under` handles the fields the body has."""
+        fields = type(body).model_fields
+        sent = body.model_fields_set
+        for name, value in self.model_dump(exclude_none=True).items():
+            spellings = _SAME_FIELD.get(name, (name,))
+            if name not in fields and not sent.intersection(spellings):
+                setattr(params, name, value)
 
     @classmethod
     def from_generation_config(cls, data: dict[str, Any]) -> SamplingDefaults:

@@ -157,8 +157,11 @@ class GenerationServing(Serving[BodyT]):
         model = self.resolve()
         if self.user:
             log.debug("%s for user %r", self.id, self.user)
-        self.body = model.sampling_defaults().under(self.body)
+        defaults = model.sampling_defaults()
+        self.body = defaults.under(self.body)
         requests = self.sequences()
+        for r in requests:
+            defaults.beyond(self.body, r.sampling)
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)

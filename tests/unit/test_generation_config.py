@@ -103,3 +103,16 @@ def test_a_folder_path_works_for_any_backend_and_must_hold_the_file(tmp_path: Pa
     (folder / "generation_config.json").write_text('{"top_p": 0}')
     with pytest.raises(ModelFileError, match="top_p"):
         generation_defaults(config)
+
+
+def test_defaults_reach_endpoints_without_the_field() -> None:
+    """The Responses API has no `repetition_penalty` (nor `max_tokens`): the default still applies
+    to what it generates; its own `max_output_tokens` wins over the default budget."""
+    from protocol.responses import CreateResponseRequest
+
+    defaults = SamplingDefaults(repetition_penalty=1.1, max_tokens=40, temperature=0.5)
+    for sent, budget in (({}, 40), ({"max_output_tokens": 20}, 20)):
+        body = defaults.under(CreateResponseRequest.model_validate({"model": "m", "input": "hi", **sent}))
+        params = body.to_sampling_params()
+        defaults.beyond(body, params)
+        assert (params.repetition_penalty, params.max_tokens, params.temperature) == (1.1, budget, 0.5)
