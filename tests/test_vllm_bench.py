@@ -50,6 +50,8 @@ def bench_serve_args(url: str, tokenizer: Path, result_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
+# The benchmark itself takes ~15 s here; importing vLLM takes 1-2 minutes on a loaded 2-core box.
+@pytest.mark.timeout(600)
 def test_vllm_bench_serve_ignore_eos_counts_exactly_max_tokens(
     default_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
