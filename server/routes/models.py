@@ -38,7 +38,7 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
         id=model_id,
         created=cluster.created,
         sampling_parameters=supported_extensions(),
-        sampling_defaults=config.defaults.model_dump(exclude_none=True),
+        sampling_defaults=router.sampling_defaults().model_dump(exclude_none=True),
     )
 
 
