@@ -51,13 +51,14 @@ def bench_serve_args(url: str, tokenizer: Path, result_dir: Path) -> list[str]:
 
 
 # The benchmark itself takes ~15 s here; importing vLLM takes 1-2 minutes on a loaded 2-core box.
+@pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_vllm_bench_serve_ignore_eos_counts_exactly_max_tokens(
     default_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
     why = missing_setup()
     if why:
-        pytest.skip(why)
+        pytest.fail(f"{why} (run `make vllm-setup`; `make test-core` leaves this test out)")
     args = bench_serve_args(default_gateway.url, tokenizer_folder(), tmp_path)
     run = subprocess.run(
         [sys.executable, "-c", BENCH, *args], capture_output=True, text=True, timeout=600, check=False
