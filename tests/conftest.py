@@ -35,6 +35,20 @@ EMBED_MODEL = "all-minilm-l6-v2"
 DEFAULT_CONFIG = REPO / "models" / "default.yaml"
 
 
+def _kill_half_started_node(exc: BaseException) -> None:
+    """A node whose start timed out is referenced only by the traceback, yet its processes run:
+    kill and reap them now, or they outlive the attempt and their `Popen` objects warn
+    (ResourceWarning, an error here) on whichever later test the collector runs in."""
+    from ray._private.node import Node
+
+    tb = exc.__traceback__
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("self")
+        if isinstance(node, Node):
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+        tb = tb.tb_next
+
+
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
     """A local Ray cluster owned by the test session (8 logical CPUs on 2 cores: the default, ops
@@ -46,6 +60,7 @@ def ray_address() -> Iterator[str]:
             ray.init(num_cpus=8, namespace="raygate", include_dashboard=False, log_to_driver=False)
             break
         except Exception as exc:  # Ray gives its raylet a fixed 30 s to register: slow on a busy box
+            _kill_half_started_node(exc)
             ray.shutdown()
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
