@@ -22,8 +22,19 @@ from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.routes import admin, chat, completions, embeddings, messages, models, ops, responses, tokenize
-from server.settings import Settings, load_config, seed_specs
+from server.routes import (
+    admin,
+    chat,
+    completions,
+    embeddings,
+    messages,
+    models,
+    ops,
+    responses,
+    tokenize,
+    xinference,
+)
+from server.settings import Settings, builtin_specs, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
 log = logging.getLogger(__name__)
@@ -35,12 +46,13 @@ STARTUP_SETTLE_SECONDS = 3600.0
 def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
+    builtins = builtin_specs()
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)
     metrics = GatewayMetrics()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
-        return connect_controller(settings.state_dir, seed)
+        return connect_controller(settings.state_dir, seed, builtins)
 
     def response_store() -> Any:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
@@ -84,7 +96,19 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses):
+    # xinference before models: its `/v1/models/prompts` must win over `/v1/models/{id:path}`.
+    for module in (
+        chat,
+        completions,
+        embeddings,
+        messages,
+        xinference,
+        models,
+        admin,
+        ops,
+        tokenize,
+        responses,
+    ):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -89,6 +89,19 @@ def load_config(path: Path) -> GatewayConfig:
         raise ConfigError(f"invalid config {path}:\n{describe_errors(exc)}") from None
 
 
+def builtin_specs() -> list[ModelConfig]:
+    """The default models (models/default.yaml): what Xinference's API lists as built-in
+    registrations, because Raygate can load them offline. None when the file is not there."""
+    try:
+        config = load_config(DEFAULT_CONFIG)
+    except ConfigError:
+        return []
+    return [
+        m.model_copy(update={"source": m.source and anchor_source(m.source, DEFAULT_CONFIG.parent)})
+        for m in config.models
+    ]
+
+
 def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
     """The config's models as deployment specs, with relative paths made absolute.
 
