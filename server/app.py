@@ -47,7 +47,7 @@ def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
     builtins = builtin_specs()
-    keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)
+    keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
     metrics = GatewayMetrics()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
