@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from backends.cluster.registrations import load_registrations
 from backends.cluster.state_file import StateFileError, load_specs, state_file
 from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from protocol.base import describe_errors
@@ -137,6 +138,7 @@ def _check_state_dir(state_dir: Path) -> None:
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         load_specs(state_dir)
+        load_registrations(state_dir)
     except StateFileError as exc:
         raise ConfigError(f"{exc}\n(fix or delete it; without it the config seeds a new registry)") from exc
     except OSError as exc:

@@ -154,6 +154,27 @@ def _size_label(match: re.Match[str]) -> str | int:
     return int(value) if value == int(value) else f"{value:g}".replace(".", "_")
 
 
+def load_registrations(state_dir: Path) -> list[Registration]:
+    """The persisted user families (none when there is no file yet); `StateFileError` when the
+    file cannot be read back (the gateway checks this before Ray starts, as for registry.json)."""
+    path = state_dir / REGISTRATIONS_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StateFileError(f"cannot read registrations {path}: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise StateFileError(f"registrations {path} is not a format-{FORMAT} Raygate file")
+    try:
+        return [
+            Registration(check_model_type(r["model_type"]), ModelFamily.model_validate(r["family"]), True)
+            for r in raw.get("registrations", [])
+        ]
+    except (ValidationError, KeyError, TypeError, BadRequestError) as exc:
+        raise StateFileError(f"registrations {path} holds an invalid entry: {exc}") from None
+
+
 class Registrations:
     """The registrations of the module docstring, owned by the controller actor."""
 
@@ -164,28 +185,8 @@ class Registrations:
             reg = builtin_registration(spec)
             if reg is not None:
                 self._entries[(reg.model_type, reg.family.model_name)] = reg
-        for reg in self._load():
+        for reg in load_registrations(state_dir) if state_dir is not None else []:
             self._entries.setdefault((reg.model_type, reg.family.model_name), reg)
-
-    def _load(self) -> list[Registration]:
-        if self._state_dir is None:
-            return []
-        path = self._state_dir / REGISTRATIONS_FILE
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            return []
-        except (OSError, json.JSONDecodeError) as exc:
-            raise StateFileError(f"cannot read registrations {path}: {exc}") from exc
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-            raise StateFileError(f"registrations {path} is not a format-{FORMAT} Raygate file")
-        try:
-            return [
-                Registration(check_model_type(r["model_type"]), ModelFamily.model_validate(r["family"]), True)
-                for r in raw.get("registrations", [])
-            ]
-        except (ValidationError, KeyError, TypeError, BadRequestError) as exc:
-            raise StateFileError(f"registrations {path} holds an invalid entry: {exc}") from None
 
     def _save(self) -> None:
         if self._state_dir is None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from backends.cluster.registrations import REGISTRATIONS_FILE, Registrations
+from backends.cluster.registrations import REGISTRATIONS_FILE, Registrations, load_registrations
+from backends.cluster.state_file import StateFileError
 from protocol.config import ModelConfig
 from protocol.errors import BadRequestError, ModelNotFoundError
 from protocol.xinference import LaunchRequest, PromptStyle, chat_template
@@ -130,3 +131,9 @@ def test_refusals_store_nothing_and_persisted_ones_come_back(tmp_path: Path) -> 
     # A new controller reads the persisted family back; an unpersisted one would be gone.
     again = Registrations(tmp_path, [builtin])
     assert {r["model_name"] for r in again.list("embedding", detailed=False)} == {"builtin-embed", "mine"}
+
+
+def test_a_damaged_registrations_file_is_refused_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / REGISTRATIONS_FILE).write_text('{"format": 1, "registrations": [{"model_type": "LLM"}]}')
+    with pytest.raises(StateFileError, match=REGISTRATIONS_FILE):
+        load_registrations(tmp_path)
