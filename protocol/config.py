@@ -200,6 +200,16 @@ class ModelConfig(StrictModel):
         "(protocol/xinference.py); `GET /v1/models/{uid}` describes the model with it.",
     )
 
+    generation_config: str = Field(
+        "auto",
+        min_length=1,
+        max_length=4096,
+        description="Sampling defaults the model recommends, applied under `defaults:` (vLLM's "
+        "`--generation-config`): `auto` reads `generation_config.json` in a vLLM model's folder "
+        "(a GGUF carries none), `none` reads nothing, any other value is a folder holding a "
+        "`generation_config.json` (on the node that loads the model).",
+    )
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:

@@ -26,6 +26,7 @@ from protocol.generation import (
     TokenizeRequest,
     TokenizeResult,
 )
+from protocol.sampling_defaults import SamplingDefaults
 from server.admission import Admission, Ticket
 from server.context import RequestContext, request_context
 from server.metrics import GatewayMetrics
@@ -61,6 +62,10 @@ class ModelHandle:
         self._ttft_deadline = None if ttft is None else ctx.started + ttft
         self._total_deadline = None if total is None else ctx.started + total
         self._queued_observed = False
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        """The model's defaults: its `defaults:` over its generation config (ModelRouter)."""
+        return self._router.sampling_defaults()
 
     def _ttft_expired(self) -> OpenAIError:
         return GatewayTimeoutError(

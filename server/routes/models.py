@@ -46,7 +46,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
         id=model_id,
         created=cluster.created,
         sampling_parameters=supported_extensions() if generates else None,
-        sampling_defaults=config.defaults.model_dump(exclude_none=True) if generates else None,
+        sampling_defaults=router.sampling_defaults().model_dump(exclude_none=True) if generates else None,
         model_type=origin.model_type if origin else TASK_MODEL_TYPE.get(config.task, config.task),
         model_name=origin.model_name if origin else config.name,
         model_ability=origin.model_ability if origin else [*TASK_ABILITY.get(config.task, [])],
