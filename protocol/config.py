@@ -122,6 +122,23 @@ class ModelLimits(StrictModel):
     )
 
 
+class LaunchOrigin(StrictModel):
+    """What a deployment launched through `POST /v1/models` remembers of its registration, so that
+    `GET /v1/models/{uid}` describes it as Xinference does. Part of the deployment's spec."""
+
+    model_name: str = Field(max_length=128)
+    model_type: str = Field(max_length=32)
+    model_ability: list[str] = Field(default_factory=list, max_length=8)
+    model_lang: list[str] = Field(default_factory=list, max_length=64)
+    model_description: str | None = Field(None, max_length=2000)
+    model_format: str = Field(max_length=32)
+    model_engine: str = Field(max_length=32)
+    model_size_in_billions: str | int | None = None
+    quantization: str = Field("", max_length=64)
+    context_length: int | None = None
+    prompt_style: str | None = Field(None, max_length=64)
+
+
 class ModelConfig(StrictModel):
     """One deployment: a `models.yaml` entry and the body of the admin deploy and update calls. Strict; `ids`
     (name and aliases) are what clients may send as `model`."""
@@ -176,6 +193,11 @@ class ModelConfig(StrictModel):
         default_factory=SamplingDefaults,
         description="Sampling used where a request does not set the field (temperature, top_p, "
         "top_k, min_p, repetition_penalty, presence/frequency_penalty, max_tokens).",
+    )
+    origin: LaunchOrigin | None = Field(
+        None,
+        description="Set by Xinference's `POST /v1/models`: the registration it was launched from "
+        "(protocol/xinference.py); `GET /v1/models/{uid}` describes the model with it.",
     )
 
     generation_config: str = Field(
