@@ -22,7 +22,18 @@ from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
 from server.middleware import GatewayMiddleware
-from server.routes import admin, chat, completions, embeddings, messages, models, ops, responses, tokenize
+from server.routes import (
+    admin,
+    chat,
+    completions,
+    embeddings,
+    messages,
+    models,
+    ops,
+    rerank,
+    responses,
+    tokenize,
+)
 from server.settings import Settings, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
@@ -84,7 +95,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses):
+    for module in (chat, completions, embeddings, rerank, messages, models, admin, ops, tokenize, responses):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -33,8 +33,8 @@ access_log = logging.getLogger("raygate.access")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PROBES = frozenset({"/health", "/ready", "/metrics"})
-# vLLM-style tokenizer endpoints live outside /v1 but serve models, so they need a key too.
-TOKENIZER_PATHS = frozenset({"/tokenize", "/detokenize"})
+# Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
+KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
 
 
 def request_id_from(header: str | None) -> str:
@@ -69,7 +69,7 @@ class GatewayMiddleware:
             return None
         if self.lifecycle.draining:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
-        if self.keys.enabled and (path == "/v1" or path.startswith("/v1/") or path in TOKENIZER_PATHS):
+        if self.keys.enabled and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS):
             try:
                 ctx.key = self.keys.authenticate(
                     headers.getlist("authorization"), headers.getlist("x-api-key")

@@ -23,7 +23,9 @@ async def list_models(request: Request) -> ModelList:
     cluster = _cluster(request)
     key = request_context(request).key
     ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
-    return ModelList(data=[ModelCard(id=i, created=cluster.created) for i in ids])
+    return ModelList(
+        data=[ModelCard(id=i, created=cluster.created, task=cluster.get(i).config.task) for i in ids]
+    )
 
 
 @router.get("/v1/models/{model_id:path}")
@@ -33,10 +35,11 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     config = router.config
     check_model_access(request_context(request).key, config.ids)
     if config.task != "generate":
-        return ModelCard(id=model_id, created=cluster.created)
+        return ModelCard(id=model_id, created=cluster.created, task=config.task)
     return ModelCard(
         id=model_id,
         created=cluster.created,
+        task=config.task,
         sampling_parameters=supported_extensions(),
         sampling_defaults=config.defaults.model_dump(exclude_none=True),
     )
