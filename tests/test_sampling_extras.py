@@ -354,7 +354,7 @@ def test_model_card_lists_extensions_and_defaults(
     )
     assert "length_penalty" not in card["sampling_parameters"]
     listed = httpx.get(f"{default_gateway.url}/v1/models", timeout=30).json()["data"]
-    assert all(set(m) == {"id", "object", "created", "owned_by"} for m in listed)
+    assert all(set(m) == {"id", "object", "created", "owned_by", "task"} for m in listed)
 
 
 def test_defaults_are_strict(default_gateway: GatewayProcess) -> None:

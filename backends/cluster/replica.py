@@ -35,6 +35,8 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
@@ -120,6 +122,14 @@ class ModelWorker:
         self._inflight += 1
         try:
             return await engine.embed(request)
+        finally:
+            self._inflight -= 1
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            return await engine.rank(request)
         finally:
             self._inflight -= 1
 

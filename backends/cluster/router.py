@@ -39,6 +39,8 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
@@ -146,13 +148,22 @@ class ModelRouter:
         return mapped
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
+        result: EmbedResult = await self._retried("embed", request)
+        return result
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        result: RankResult = await self._retried("rank", request)
+        return result
+
+    async def _retried(self, method: str, request: Any) -> Any:
+        """A whole-answer call (embed, rank): a replica that refuses or dies is retried elsewhere,
+        since nothing has reached the client yet."""
         tried: set[str] = set()
         while True:
             replica = self._pick(tried)
             replica.inflight += 1
             try:
-                result: EmbedResult = await replica.actor.embed.remote(request)
-                return result
+                return await getattr(replica.actor, method).remote(request)
             except (RayTaskError, RayActorError) as exc:
                 mapped = self._mapped(exc, replica)
                 if not mapped.retry:

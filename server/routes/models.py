@@ -27,7 +27,9 @@ async def list_models(request: Request) -> ModelList:
     cluster = _cluster(request)
     key = request_context(request).key
     ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
-    return ModelList(data=[ModelCard(id=i, created=cluster.created) for i in ids])
+    return ModelList(
+        data=[ModelCard(id=i, created=cluster.created, task=cluster.get(i).config.task) for i in ids]
+    )
 
 
 @router.get("/v1/models/{model_id:path}")
@@ -45,6 +47,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
     return XinferenceModelCard(
         id=model_id,
         created=cluster.created,
+        task=config.task,
         sampling_parameters=supported_extensions() if generates else None,
         sampling_defaults=router.sampling_defaults().model_dump(exclude_none=True) if generates else None,
         model_type=origin.model_type if origin else TASK_MODEL_TYPE.get(config.task, config.task),

@@ -74,8 +74,8 @@ class Serving(ABC, Generic[BodyT]):
 
     # The endpoint's name in the unknown-field log ("chat.completions").
     endpoint: ClassVar[str]
-    # The task the model must serve; None: any model will do (tokenizers).
-    task: ClassVar[Task | None]
+    # The task the model must serve (or one of several); None: any model will do (tokenizers).
+    task: ClassVar[Task | tuple[Task, ...] | None]
 
     def __init__(self, body: BodyT, request: Request) -> None:
         self.body = body
