@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import warnings
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
@@ -64,8 +65,19 @@ def ray_address() -> Iterator[str]:
             ray.shutdown()
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
+    _collect_ray_start_leftovers()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+
+
+def _collect_ray_start_leftovers() -> None:
+    """On a busy box Ray's start can drop a `Popen` handle of a process it started (seen after
+    its 'Failed to get node info ... Deadline Exceeded' retry); collected later, its ResourceWarning
+    (an error here) fails whichever test is running. Collect it now, where it belongs: Ray's
+    start, not a test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
