@@ -93,3 +93,4 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.routing

@@ -263,7 +263,7 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(deployments, indent=2))
         return 0
-    rows = [("NAME", "STATE", "READY", "BACKEND", "ALIASES / REPLICA", "NODE", "ERROR")]
+    rows = [("NAME", "STATE", "READY", "BACKEND", "ALIASES / REPLICA", "ROUTING", "SCALING", "NODE", "ERROR")]
     for d in deployments:
         spec = d["spec"]
         rows.append(
@@ -273,14 +273,19 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
                 f"{d['ready']}/{d['desired']}",
                 spec["backend"],
                 ",".join(spec["aliases"]) or "-",
+                d.get("routing", "-"),
+                _scaling(d),
                 "",
                 d.get("error") or "",
             )
         )
         for r in d["replicas"]:
-            rows.append(
-                ("", f"  {r['state']}", "", "", r["id"], (r.get("node_id") or "-")[:12], r.get("error") or "")
-            )
+            node = (r.get("node_id") or "-")[:12]
+            rows.append(("", f"  {r['state']}", "", "", r["id"], "", "", node, r.get("error") or ""))
+        for e in d.get("scaling_events", [])[-3:]:
+            when = time.strftime("%H:%M:%S", time.localtime(e["at"]))
+            change = f"{e['from_replicas']} -> {e['to_replicas']}"
+            rows.append(("", "  scaled", change, "", when, "", "", "", e["reason"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print(
@@ -289,6 +294,14 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
             ).rstrip()
         )
     return 0
+
+
+def _scaling(d: dict[str, Any]) -> str:
+    """`fixed`, or the autoscaling range and the load the controller last saw."""
+    auto = d["spec"].get("autoscaling")
+    if not auto:
+        return "fixed"
+    return f"auto:{auto['min_replicas']}-{auto['max_replicas']},ongoing={d.get('ongoing', 0):g}"
 
 
 def _chat(http: httpx.Client, args: argparse.Namespace) -> int:

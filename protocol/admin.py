@@ -39,6 +39,15 @@ class ReplicaStatus(ResponseModel):
     since: float = Field(description="Unix time the replica entered `state`.")
 
 
+class ScalingEvent(ResponseModel):
+    """One change of a deployment's desired replica count, by the autoscaler or by hand."""
+
+    at: float = Field(description="Unix time of the decision.")
+    from_replicas: int
+    to_replicas: int
+    reason: str = Field(description="e.g. `ongoing=7.0 target=2 -> 4`, `scale from zero`, `admin scale`.")
+
+
 class DeploymentStatus(ResponseModel):
     """A deployment as `/admin` and `raygate list` show it: its spec (a `ModelConfig`) plus the live state,
     ready/desired counts and replicas the controller keeps."""
@@ -50,6 +59,12 @@ class DeploymentStatus(ResponseModel):
     desired: int
     restarts: int = Field(description="Replicas replaced since the last deploy, scale or update.")
     updating: bool = Field(False, description="A rolling update to a new spec is in progress.")
+    routing: str = Field("least_loaded", description="The replica choice policy (`spec.routing.policy`).")
+    autoscaled: bool = Field(False, description="`desired` follows load (`spec.autoscaling`).")
+    ongoing: float = Field(0.0, description="Ongoing requests all gateways reported last (autoscaled only).")
+    scaling_events: list[ScalingEvent] = Field(
+        default_factory=list, description="The latest changes of `desired`, oldest first."
+    )
     spec: ModelConfig
     replicas: list[ReplicaStatus]
 

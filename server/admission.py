@@ -119,6 +119,11 @@ class Admission:
     on_change: Callable[[ModelGate], None] = lambda gate: None
     gates: dict[str, ModelGate] = field(default_factory=dict)
 
+    def waiting(self, name: str) -> int:
+        """Requests queued for `name`'s running slots (0 for a model not seen yet)."""
+        gate = self.gates.get(name)
+        return gate.waiting if gate is not None else 0
+
     def gate(self, name: str, limits: ModelLimits) -> ModelGate:
         gate = self.gates.get(name)
         if gate is None:

@@ -71,6 +71,7 @@ def build_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
         cluster = ControllerClient(controller)
+        cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None
         try:
             info = await cluster.start()

@@ -139,6 +139,27 @@ class GatewayMetrics:
         self.replica_restarts = Counter(
             f"{PREFIX}replica_restarts_total", "Replicas replaced after their actor died.", registry=r
         )
+        self.replicas_desired = Gauge(
+            f"{PREFIX}replicas_desired",
+            "Replicas the model aims at: its fixed count, or the autoscaler's latest choice.",
+            registry=r,
+        )
+        self.scaling_events = Counter(
+            f"{PREFIX}scaling_events_total",
+            "Changes of the desired replica count (autoscaler or admin), cluster-wide.",
+            registry=r,
+        )
+        self.waiting_for_replica = Gauge(
+            f"{PREFIX}num_requests_waiting_for_replica",
+            "Requests held while an autoscaled model at zero replicas starts one.",
+            registry=r,
+        )
+        self.affinity = Counter(
+            f"{PREFIX}routing_affinity_total",
+            "Prefix-affinity routing outcomes in this gateway: hit (the replica that served the "
+            "prefix), fallback (it was too loaded: least-loaded instead), miss (no known prefix).",
+            registry=r,
+        )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)
 
     def set_queue(self, model: str, running: int, waiting: int) -> None:
@@ -152,6 +173,12 @@ class GatewayMetrics:
             labels = {"model_name": router.config.name}
             self.replicas_ready.set(labels, len(router.replicas))
             self.replica_restarts.set(labels, router.restarts)
+            self.replicas_desired.set(labels, router.desired)
+            self.scaling_events.set(labels, router.scaling_events_total)
+            self.waiting_for_replica.set(labels, router.waiting)
+            if router.config.routing.policy == "prefix_affinity":
+                for outcome in ("hit", "fallback", "miss"):
+                    self.affinity.set({**labels, "outcome": outcome}, getattr(router.affinity, outcome))
 
     def render(self, accept: list[str]) -> tuple[bytes, dict[str, str]]:
         content, headers = render(self.registry, accept)

@@ -9,6 +9,11 @@ The specs are persisted to `<state_dir>/registry.json` on every change. A new co
 them from there; only when there is no registry file yet does the gateway's config seed it. The
 controller is pinned to the node of the gateway that created it, so the state directory it writes
 is that gateway's.
+
+Autoscaled deployments are resized here, every `AUTOSCALE_TICK_SECONDS`, from the load all
+gateways report (`report_load`; `autoscaler.py` decides), never beyond what the cluster can place
+now (`placement.room_for`, less the replicas still loading, which may not hold theirs yet, plus
+the ones leaving, which give theirs back).
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from backends.cluster.deployment import Deployment
-from backends.cluster.placement import check_feasible, invalid_options
+from backends.cluster.autoscaler import LoadReports
+from backends.cluster.deployment import UPDATE_DRAIN_SECONDS, Deployment
+from backends.cluster.placement import check_feasible, invalid_options, room_for
 from backends.cluster.registrations import Registrations
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
@@ -38,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "controller"
 SETTLE_POLL_SECONDS = 0.2
+AUTOSCALE_TICK_SECONDS = 0.2
 
 
 class Controller:
@@ -55,6 +62,8 @@ class Controller:
         self._deployments: dict[str, Deployment] = {}
         self._version = 0
         self._changed: asyncio.Event | None = None
+        self._loads = LoadReports()
+        self._autoscaling: asyncio.Task[None] | None = None
 
     def _boot(self) -> asyncio.Event:
         """Start the initial deployments on the first call: replicas need the actor's event loop,
@@ -68,6 +77,7 @@ class Controller:
             deployment.reconcile()
         if not self._restored:
             self._persist()  # the config seeded the registry: from now on the file is the truth
+        self._autoscaling = asyncio.get_running_loop().create_task(self._autoscale_forever())
         return self._changed
 
     def _on_change(self, spec_changed: bool) -> None:
@@ -128,6 +138,46 @@ class Controller:
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         return [d.status() for d in self._deployments.values()]
 
+    # ---- autoscaling ---------------------------------------------------------------------------
+
+    async def report_load(self, gateway: str, load: dict[str, float]) -> None:
+        """A gateway's ongoing requests per autoscaled model; a request waiting at zero replicas
+        makes its gateway report at once, so scale from zero starts on the next tick."""
+        self._boot()
+        self._loads.report(gateway, load, time.monotonic())
+
+    async def _autoscale_forever(self) -> None:
+        while True:
+            await asyncio.sleep(AUTOSCALE_TICK_SECONDS)
+            try:
+                await self._autoscale_once()
+            except Exception:
+                log.exception("autoscaling pass failed")
+
+    async def _autoscale_once(self) -> None:
+        now = time.monotonic()
+        for name, deployment in list(self._deployments.items()):
+            scaler = deployment.autoscaler
+            if scaler is None or deployment.updating:
+                continue
+            ongoing = self._loads.total(name, now)
+            if ongoing != deployment.ongoing:
+                deployment.ongoing = ongoing
+            decision = scaler.decide(deployment.target, ongoing, now)
+            if decision is None:
+                continue
+            replicas = decision.replicas
+            if replicas > deployment.target:
+                # Loading replicas may not hold their resources yet; leaving ones give theirs back.
+                room = await room_for(deployment.spec) - deployment.loading() + deployment.leaving()
+                if self._deployments.get(name) is not deployment or deployment.updating:
+                    continue  # undeployed or updated meanwhile
+                replicas = min(replicas, deployment.target + max(0, room))
+                if replicas <= deployment.target:  # no room now: asked again next tick
+                    deployment.set_no_room(f"no node has room for another replica ({room} free slots)")
+                    continue
+            deployment.resize(replicas, UPDATE_DRAIN_SECONDS, decision.reason)
+
     # ---- change --------------------------------------------------------------------------------
 
     async def deploy(self, spec: ModelConfig) -> DeploymentStatus:
@@ -144,12 +194,18 @@ class Controller:
             await deployment.undeploy(0)
             raise BadRequestError(f"Cannot start replicas for `{spec.name}`: {exc}", param="name") from None
         self._on_change(True)
-        log.info("deployed %s (%d replica(s))", spec.name, spec.replicas)
+        log.info("deployed %s (%d replica(s))", spec.name, deployment.target)
         return deployment.status()
 
     async def scale(self, name: str, replicas: int, drain_timeout: float) -> DeploymentStatus:
         self._boot()
         deployment = self._idle(name)
+        if deployment.spec.autoscaling is not None:
+            raise BadRequestError(
+                f"Deployment `{name}` is autoscaled: change `autoscaling.min_replicas` / "
+                "`autoscaling.max_replicas` with an update instead of `replicas`.",
+                param="replicas",
+            )
         deployment.scale(replicas, drain_timeout)
         log.info("scaled %s to %d replica(s)", name, replicas)
         return deployment.status()

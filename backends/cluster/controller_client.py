@@ -5,6 +5,10 @@ each change (deploy, a replica becoming ready, a death, a drain) within one roun
 happening. Admin calls go to the controller and then refresh the cache at once, so a gateway
 always sees its own changes. If the controller disappears (its node died, someone killed it), the
 gateway recreates it, which restores the registry from the state file.
+
+For autoscaled models the gateway also reports its load to the controller (`report_load`): the
+ongoing requests per model, every `REPORT_SECONDS`, and at once when a request finds the model at
+zero replicas (scale from zero).
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ray.exceptions import RayActorError
 
+from backends.cluster.autoscaler import REPORT_SECONDS
 from backends.cluster.errors import CONTROLLER_ERRORS
 from backends.cluster.route_table import RouteTable
 from backends.cluster.router import ModelRouter
@@ -44,6 +50,11 @@ class ControllerClient:
         self._by_id: dict[str, ModelRouter] = {}
         self._version = -1
         self._watcher: asyncio.Task[None] | None = None
+        self._reporter: asyncio.Task[None] | None = None
+        self._demand = asyncio.Event()
+        self.gateway_id = uuid.uuid4().hex
+        # Requests queued in this gateway for a model, before its router (the app wires admission in).
+        self.queued: Callable[[str], int] = lambda name: 0
         self.created = int(time.time())
 
     async def start(self) -> dict[str, Any]:
@@ -55,6 +66,7 @@ class ControllerClient:
             raise ControllerError(f"the Raygate controller could not start: {exc}") from None
         await self.refresh()
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
         return info
 
     async def wait_settled(self, timeout: float) -> list[Any]:
@@ -82,12 +94,36 @@ class ControllerClient:
                 log.exception("routing table refresh failed")
                 await asyncio.sleep(RECONNECT_SECONDS)
 
+    def load(self) -> dict[str, float]:
+        """This gateway's ongoing requests per autoscaled model: inside the router (running, or
+        waiting for a replica) plus queued for admission."""
+        return {
+            name: float(router.ongoing + self.queued(name))
+            for name, router in self._routers.items()
+            if router.config.autoscaling is not None
+        }
+
+    async def _report_forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._demand.wait(), REPORT_SECONDS)
+            self._demand.clear()
+            load = self.load()
+            if not load:
+                continue
+            try:
+                await self._controller.report_load.remote(self.gateway_id, load)
+            except Exception as exc:  # the watcher reconnects; the next report goes to the new one
+                log.debug("load report failed: %s", exc)
+                await asyncio.sleep(RECONNECT_SECONDS)
+
     def _apply(self, table: RouteTable) -> None:
         if table.version <= self._version:
             return
         routers: dict[str, ModelRouter] = {}
         for route in table.deployments:
             router = self._routers.get(route.spec.name) or ModelRouter(route.spec, [])
+            router.on_demand = self._demand.set
             router.update(route)
             routers[route.spec.name] = router
         self._routers = routers
@@ -101,7 +137,7 @@ class ControllerClient:
         router = self._by_id.get(model_id)
         if router is None:
             raise ModelNotFoundError.for_model(model_id)
-        if not router.replicas:
+        if not router.replicas and not router.servable():
             name = router.config.name
             if router.state == "loading":
                 raise ModelLoadingError(f"Model `{name}` is loading; retry shortly.", param="model")
@@ -111,8 +147,9 @@ class ControllerClient:
         return router
 
     def model_ids(self) -> list[str]:
-        """Ids (names and aliases) of the models that have a ready replica."""
-        return [model_id for model_id, r in self._by_id.items() if r.replicas]
+        """Ids (names and aliases) of the models that can serve: a ready replica, or autoscaled (a
+        request starts one)."""
+        return [model_id for model_id, r in self._by_id.items() if r.servable()]
 
     def routers(self) -> list[ModelRouter]:
         return list(self._routers.values())
@@ -129,9 +166,10 @@ class ControllerClient:
     async def shutdown(self) -> None:
         """Stop watching. Replicas and the controller stay: they belong to the cluster, not to this
         gateway (an embedded Ray takes them down with it)."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        for task in (self._watcher, self._reporter):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._routers.clear()
         self._by_id.clear()

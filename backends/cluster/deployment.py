@@ -14,6 +14,10 @@ Replicas that are removed on purpose (scale down, update, undeploy) are drained 
 routing, new requests turned away to other replicas, running ones finished (bounded by a timeout),
 then killed.
 
+The replica count aimed at is `target`: the spec's `replicas`, or with `autoscaling` the count the
+controller's autoscaler last chose (`resize`), which may be zero. Every change of it is kept as a
+`ScalingEvent` (the latest `MAX_EVENTS`), for `/admin`, `raygate list` and `/metrics`.
+
 Everything here runs on the controller's event loop, so plain attributes need no locks; code after
 an `await` re-checks what may have changed meanwhile.
 """
@@ -35,10 +39,11 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.cluster.autoscaler import Autoscaler
 from backends.cluster.placement import check_feasible
 from backends.cluster.replica import ModelWorker
 from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
-from protocol.admin import DeploymentState, DeploymentStatus, ReplicaState, ReplicaStatus
+from protocol.admin import DeploymentState, DeploymentStatus, ReplicaState, ReplicaStatus, ScalingEvent
 from protocol.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ RESTART_WINDOW_SECONDS = 600.0
 # The restart window's clock (a name of its own, so tests can move it without moving asyncio's).
 restart_clock: Callable[[], float] = time.monotonic
 MAX_REASON_CHARS = 600
+MAX_EVENTS = 20
 # Lines of Ray's actor-death message that identify the actor rather than say what happened.
 _RAY_ID_LINE = re.compile(r"^\s*(class_name|actor_id|pid|name|namespace|ip):")
 
@@ -94,6 +100,14 @@ class RayActors:
 
     async def check_feasible(self, spec: ModelConfig) -> str | None:
         return await check_feasible(spec)
+
+
+def initial_target(spec: ModelConfig) -> int:
+    """Replicas to start a deployment with."""
+    scaling = spec.autoscaling
+    if scaling is None:
+        return spec.replicas
+    return scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -141,6 +155,12 @@ class Deployment:
         self._on_change = on_change
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.target = initial_target(spec)
+        self.autoscaler = Autoscaler(spec.autoscaling) if spec.autoscaling else None
+        self.ongoing = 0.0  # the cluster-wide load last seen by the autoscaler
+        self.events: list[ScalingEvent] = []
+        self.events_total = 0
+        self.no_room: str | None = None  # set while the autoscaler wants more but nothing fits
 
     # ---- what the controller reads -------------------------------------------------------------
 
@@ -150,7 +170,7 @@ class Deployment:
     @property
     def state(self) -> DeploymentState:
         ready = self.count("ready")
-        if ready >= self.spec.replicas:
+        if ready >= self.target:
             return "ready"
         if self.count("loading"):
             return "loading"
@@ -162,9 +182,13 @@ class Deployment:
             state=self.state,
             error=self.error,
             ready=self.count("ready"),
-            desired=self.spec.replicas,
+            desired=self.target,
             restarts=self.restarts,
             updating=self.updating,
+            routing=self.spec.routing.policy,
+            autoscaled=self.spec.autoscaling is not None,
+            ongoing=self.ongoing,
+            scaling_events=list(self.events),
             spec=self.spec,
             replicas=[
                 ReplicaStatus(id=r.id, state=r.state, node_id=r.node_id, error=r.error, since=r.since)
@@ -178,7 +202,17 @@ class Deployment:
             for r in self.replicas
             if r.state == "ready"
         ]
-        return DeploymentRoute(self.spec, self.state, self.error, ready, self.restarts)
+        return DeploymentRoute(
+            self.spec,
+            self.state,
+            self.error,
+            ready,
+            self.restarts,
+            self.target,
+            list(self.events),
+            self.events_total,
+            self.no_room,
+        )
 
     # ---- operations ----------------------------------------------------------------------------
 
@@ -187,32 +221,60 @@ class Deployment:
         if self._closed:
             return
         live = [r for r in self._current() if r.state in ("loading", "ready")]
-        for _ in range(self.spec.replicas - len(live)):
+        for _ in range(self.target - len(live)):
             self._start_replica(self.spec, self._generation)
 
     def scale(self, replicas: int, drain_timeout: float) -> None:
-        """Change the replica count. Removed replicas drain; the ones that stay are not touched."""
+        """Change the (fixed) replica count. Removed replicas drain; the ones that stay are not touched."""
         self.spec = self.spec.model_copy(update={"replicas": replicas})
         self._reset_restarts()
+        self.resize(replicas, drain_timeout, "admin scale", spec_changed=True)
+
+    def resize(self, replicas: int, drain_timeout: float, reason: str, spec_changed: bool = False) -> None:
+        """Aim at `replicas` from now on: start the missing ones, drain the surplus (what serves
+        nobody yet first, then the newest ready ones), and record the change."""
+        if replicas != self.target:
+            self.events.append(
+                ScalingEvent(at=time.time(), from_replicas=self.target, to_replicas=replicas, reason=reason)
+            )
+            del self.events[:-MAX_EVENTS]
+            self.events_total += 1
+            log.info("deployment %s: %d -> %d replica(s) (%s)", self.spec.name, self.target, replicas, reason)
+        self.target = replicas
+        self.no_room = None
         self._forget_failed()
         live = [r for r in self._current() if r.state in ("loading", "ready")]
-        # Remove what serves nobody yet first (loading), then the newest ready replicas.
         victims = sorted(live, key=lambda r: (r.state == "ready", -r.seq))[: max(0, len(live) - replicas)]
         for rec in victims:
             self._stop_soon(rec, drain_timeout)
         self.reconcile()
-        self._on_change(True)
+        self._on_change(spec_changed)
+
+    def set_no_room(self, why: str | None) -> None:
+        """Say (once per change) that the cluster has no room for the replica the autoscaler wants."""
+        if why != self.no_room:
+            self.no_room = why
+            self._on_change(False)
+
+    def loading(self) -> int:
+        """Replicas of the serving spec still loading (the autoscaler counts them as on their way)."""
+        return sum(1 for r in self._current() if r.state == "loading")
+
+    def leaving(self) -> int:
+        """Replicas draining or stopping: the resources they hold free up shortly."""
+        return sum(1 for r in self.replicas if r.stopping and r.state != "failed")
 
     def update(self, spec: ModelConfig) -> None:
         """Apply a new spec. Only aliases / replicas / max_restarts changed: in place. Anything else
         (weights, engine, resources...): start a full new set, then drain the old one once every new
         replica is ready; if any fails, drop the new set and keep serving the old spec."""
-        light = {"aliases", "replicas", "max_restarts"}
+        light = {"aliases", "replicas", "max_restarts", "autoscaling", "routing"}
         if self.spec.model_dump(exclude=light) == spec.model_dump(exclude=light):
-            replicas = spec.replicas
-            self.spec = spec.model_copy(update={"replicas": self.spec.replicas})
-            if replicas != self.spec.replicas:
-                self.scale(replicas, UPDATE_DRAIN_SECONDS)
+            target = self._target_for(spec)
+            self._set_policy(spec)
+            if target != self.target:
+                self._reset_restarts()
+                self.resize(target, UPDATE_DRAIN_SECONDS, "update", spec_changed=True)
             else:
                 self._on_change(True)
             return
@@ -232,6 +294,20 @@ class Deployment:
         return all(results)
 
     # ---- internals -----------------------------------------------------------------------------
+
+    def _target_for(self, spec: ModelConfig) -> int:
+        """The count a new spec aims at: its `replicas`, or the current count within its range."""
+        scaling = spec.autoscaling
+        if scaling is None:
+            return spec.replicas
+        if self.spec.autoscaling is None and scaling.initial_replicas is not None:
+            return scaling.initial_replicas
+        return max(scaling.min_replicas, min(scaling.max_replicas, self.target))
+
+    def _set_policy(self, spec: ModelConfig) -> None:
+        if spec.autoscaling != self.spec.autoscaling:
+            self.autoscaler = Autoscaler(spec.autoscaling) if spec.autoscaling else None
+        self.spec = spec
 
     def _current(self) -> list[ReplicaRecord]:
         """Replicas of the serving spec that are not on their way out."""
@@ -401,7 +477,8 @@ class Deployment:
         return drained
 
     async def _roll(self, spec: ModelConfig, generation: int) -> None:
-        fresh = [self._start_replica(spec, generation) for _ in range(spec.replicas)]
+        count = self._target_for(spec)
+        fresh = [self._start_replica(spec, generation) for _ in range(count)]
         # A poll, not an event: replica tasks set states; polling keeps them unaware of updates.
         while not self._closed and any(r.state == "loading" for r in fresh):  # noqa: ASYNC110
             await asyncio.sleep(UPDATE_POLL_SECONDS)
@@ -419,7 +496,10 @@ class Deployment:
         old = [r for r in self.replicas if r.generation != generation]
         for rec in old:
             self._begin_stop(rec)
-        self.spec, self._generation = spec, generation
+        self._set_policy(spec)
+        self._generation = generation
+        if count != self.target:
+            self.resize(count, UPDATE_DRAIN_SECONDS, "update")
         self.error, self.updating = None, False
         self._reset_restarts()
         self._on_change(True)

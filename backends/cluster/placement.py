@@ -4,6 +4,7 @@ replica, so an impossible request is a clear error instead of an actor pending f
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import ray
@@ -54,3 +55,26 @@ def invalid_options(spec: ModelConfig) -> str | None:
 async def check_feasible(spec: ModelConfig) -> str | None:
     nodes = await asyncio.to_thread(ray.nodes)  # a GCS round trip: keep it off the event loop
     return infeasible_reason(replica_demand(spec), nodes)
+
+
+UNBOUNDED_SLOTS = 1_000_000
+
+
+def free_slots(demand: dict[str, float], available: dict[str, dict[str, float]]) -> int:
+    """How many more replicas needing `demand` fit in the nodes' *available* resources now (one
+    replica lives on one node). A replica that reserves nothing fits anywhere, without bound."""
+    if not demand:
+        return UNBOUNDED_SLOTS
+    return sum(
+        min(math.floor(free.get(k, 0.0) / v + 1e-9) for k, v in demand.items()) for free in available.values()
+    )
+
+
+async def room_for(spec: ModelConfig) -> int:
+    """Replicas of `spec` the cluster can place now, beyond those already placed."""
+    demand = replica_demand(spec)
+    if not demand:
+        return UNBOUNDED_SLOTS
+    # A GCS round trip; Ray has no public per-node *available* view (ray.nodes() gives totals).
+    available = await asyncio.to_thread(ray._private.state.available_resources_per_node)
+    return free_slots(demand, available)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.admin import DeploymentState
+from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
 
 
@@ -35,6 +35,10 @@ class DeploymentRoute:
     error: str | None
     replicas: list[ReplicaRoute] = field(default_factory=list)
     restarts: int = 0  # dead replicas replaced since the last deploy/scale/update
+    desired: int = 0  # the replica count aimed at now (the autoscaler's choice when autoscaled)
+    scaling_events: list[ScalingEvent] = field(default_factory=list)  # the latest ones
+    scaling_events_total: int = 0
+    no_room: str | None = None  # why an autoscaled model at zero cannot start a replica now
 
 
 @dataclass(slots=True)

@@ -1,8 +1,17 @@
 """Routing one model's requests over its ready replicas, and carrying deltas back over Ray.
 
 Least-loaded choice uses the gateway's own count of in-flight requests per replica: it is exact
-for this process and costs no round trip. Closing a stream early (client disconnect) cancels the
-Ray generator task, which closes the engine's stream inside the replica.
+for this process and costs no round trip. With `routing.policy: prefix_affinity` a generation goes
+to the replica that last served the longest known prefix of its prompt (`affinity.py`) unless that
+replica carries more than `max_imbalance` requests above the least-loaded one: a *hit*, a
+*fallback* (too loaded: least-loaded instead), or a *miss* (no known prefix).
+
+An autoscaled model may have no replica at all (scaled to zero, or its last one draining): a
+request then waits for one to become ready (bounded by the caller's first-token deadline), and
+`on_demand` tells the gateway's load reporter at once, so the controller starts one.
+
+Closing a stream early (client disconnect) cancels the Ray generator task, which closes the
+engine's stream inside the replica.
 
 The replica list is replaced whenever the controller's routing table changes (`update`); requests
 already running keep their `Replica` object, so scaling never disturbs them. A request that fails
@@ -21,19 +30,21 @@ instead of filling this process's memory with the whole answer.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.cluster.affinity import PrefixTable, prefix_keys, prompt_text
 from backends.cluster.errors import REPLICA_ERRORS, Mapped
 from backends.cluster.route_table import DeploymentRoute
-from protocol.admin import DeploymentState
+from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
-from protocol.errors import ServiceUnavailableError
+from protocol.errors import ModelLoadingError, ServiceUnavailableError
 from protocol.generation import (
     Delta,
     EmbedRequest,
@@ -49,6 +60,17 @@ from protocol.sampling_defaults import SamplingDefaults
 # Batches (of up to `replica.MAX_DELTAS_PER_YIELD` deltas) a replica may yield ahead of this
 # gateway's reading. A reading client never gets near it: the router awaits each batch at once.
 UNREAD_BATCHES = 8
+# Upper bound on waiting for a replica of a model at zero when the caller set no deadline.
+MAX_REPLICA_WAIT_SECONDS = 300.0
+
+
+@dataclass
+class AffinityCounts:
+    """Prefix-affinity outcomes since this gateway started (`raygate:routing_affinity_total`)."""
+
+    hit: int = 0
+    fallback: int = 0
+    miss: int = 0
 
 
 @dataclass
@@ -75,7 +97,17 @@ class ModelRouter:
         self.state: DeploymentState = "ready" if replicas else "loading"
         self.error: str | None = None
         self.restarts = 0
+        self.desired = len(replicas)
+        self.scaling_events: list[ScalingEvent] = []
+        self.scaling_events_total = 0
+        self.no_room: str | None = None
+        self.affinity = AffinityCounts()
+        self.ongoing = 0  # requests inside this router now, waiting for a replica included
+        self.waiting = 0  # of which waiting for a replica to become ready
+        self.on_demand: Callable[[], None] = lambda: None
+        self._prefixes = PrefixTable()
         self._tiebreak = itertools.count()
+        self._changed = asyncio.Event()
 
     def update(self, route: DeploymentRoute) -> None:
         """Take the controller's latest view, keeping the objects (and counts) of known replicas."""
@@ -87,7 +119,11 @@ class ModelRouter:
             replica.generation_defaults = r.generation_defaults
             replicas.append(replica)
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
-        self.restarts = route.restarts
+        self.restarts, self.desired, self.scaling_events = route.restarts, route.desired, route.scaling_events
+        self.scaling_events_total = route.scaling_events_total
+        self.no_room = route.no_room
+        self._changed.set()  # wake requests waiting for a replica
+        self._changed = asyncio.Event()
 
     def sampling_defaults(self) -> SamplingDefaults:
         """What a request is served with where it leaves a sampling field unset: the deployment's
@@ -97,46 +133,107 @@ class ModelRouter:
         own = self.config.defaults
         return own.over(SamplingDefaults.model_validate(recommended)) if recommended else own
 
-    def _pick(self, tried: set[str]) -> Replica:
+    def servable(self) -> bool:
+        """Worth admitting a request: a replica is ready, or (autoscaled) one can be started for it."""
+        if self.replicas:
+            return True
+        return self.config.autoscaling is not None and self.state != "failed"
+
+    async def _wait_for_replica(self, tried: set[str]) -> None:
+        """Block while an autoscaled model has no untried replica (scale from zero, or the last one
+        drained); the caller's deadline bounds it, `MAX_REPLICA_WAIT_SECONDS` when it has none."""
+        if self.config.autoscaling is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAX_REPLICA_WAIT_SECONDS
+        while not any(r.id not in tried and not r.dead for r in self.replicas) and self.state != "failed":
+            left = deadline - loop.time()
+            if self.no_room is not None and not self.replicas:
+                raise ModelLoadingError(
+                    f"Model `{self.config.name}` has no replica and none can start now: {self.no_room}.",
+                    code="no_capacity",
+                )
+            if left <= 0:
+                raise ServiceUnavailableError(
+                    f"Model `{self.config.name}` got no ready replica within "
+                    f"{MAX_REPLICA_WAIT_SECONDS:.0f} s; please retry."
+                )
+            self.waiting += 1
+            self.on_demand()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._changed.wait()), left)
+            except TimeoutError:
+                pass
+            finally:
+                self.waiting -= 1
+
+    def _pick(self, tried: set[str], keys: list[bytes] | None = None) -> Replica:
         replicas = [r for r in self.replicas if r.id not in tried and not r.dead]
         if not replicas:
             raise ServiceUnavailableError(f"Model `{self.config.name}` has no ready replica; please retry.")
         low = min(r.inflight for r in replicas)
+        if keys:
+            preferred = self._prefixes.preferred(keys, {r.id for r in replicas})
+            chosen = next((r for r in replicas if r.id == preferred), None)
+            if chosen is None:
+                self.affinity.miss += 1
+            elif chosen.inflight - low <= self.config.routing.max_imbalance:
+                self.affinity.hit += 1
+                self._prefixes.record(keys, chosen.id)
+                return chosen
+            else:
+                self.affinity.fallback += 1
         candidates = [r for r in replicas if r.inflight == low]
-        return candidates[next(self._tiebreak) % len(candidates)]
+        picked = candidates[next(self._tiebreak) % len(candidates)]
+        if keys:
+            self._prefixes.record(keys, picked.id)
+        return picked
+
+    def _keys(self, request: GenerateRequest) -> list[bytes] | None:
+        routing = self.config.routing
+        if routing.policy != "prefix_affinity":
+            return None
+        return prefix_keys(prompt_text(request), routing.block_chars, routing.max_blocks)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
-        tried: set[str] = set()
-        while True:
-            replica = self._pick(tried)
-            replica.inflight += 1
-            stream = replica.actor.generate.options(
-                num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
-            ).remote(request)
-            started = finished = False
-            try:
-                async for ref in stream:
-                    for delta in await ref:
-                        started = True
-                        if delta.finish_reason is not None:
-                            # The last delta (engine contract): done now, without waiting another
-                            # Ray round trip for the end of the stream (~1-2 ms per request).
-                            finished = True
+        self.ongoing += 1
+        try:
+            tried: set[str] = set()
+            keys = self._keys(request)
+            while True:
+                await self._wait_for_replica(tried)
+                replica = self._pick(tried, keys)
+                replica.inflight += 1
+                stream = replica.actor.generate.options(
+                    num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
+                ).remote(request)
+                started = finished = False
+                try:
+                    async for ref in stream:
+                        for delta in await ref:
+                            started = True
+                            if delta.finish_reason is not None:
+                                # The last delta (engine contract): done now, without waiting another
+                                # Ray round trip for the end of the stream (~1-2 ms per request).
+                                finished = True
+                                yield delta
+                                return
                             yield delta
-                            return
-                        yield delta
-                finished = True
-                return
-            except (RayTaskError, RayActorError) as exc:
-                finished = True
-                mapped = self._mapped(exc, replica)
-                if started or not mapped.retry:
-                    raise mapped.error from None
-                tried.add(replica.id)
-            finally:
-                replica.inflight -= 1
-                if not finished:
-                    ray.cancel(stream)
+                    finished = True
+                    return
+                except (RayTaskError, RayActorError) as exc:
+                    finished = True
+                    mapped = self._mapped(exc, replica)
+                    if started or not mapped.retry:
+                        raise mapped.error from None
+                    tried.add(replica.id)
+                finally:
+                    replica.inflight -= 1
+                    if not finished:
+                        ray.cancel(stream)
+
+        finally:
+            self.ongoing -= 1
 
     def _mapped(self, exc: RayTaskError | RayActorError, replica: Replica) -> Mapped:
         """The typed error for a failed call; a death of the actor itself (not an error its code
@@ -159,18 +256,23 @@ class ModelRouter:
         """A whole-answer call (embed, rank): a replica that refuses or dies is retried elsewhere,
         since nothing has reached the client yet."""
         tried: set[str] = set()
-        while True:
-            replica = self._pick(tried)
-            replica.inflight += 1
-            try:
-                return await getattr(replica.actor, method).remote(request)
-            except (RayTaskError, RayActorError) as exc:
-                mapped = self._mapped(exc, replica)
-                if not mapped.retry:
-                    raise mapped.error from None
-                tried.add(replica.id)
-            finally:
-                replica.inflight -= 1
+        self.ongoing += 1
+        try:
+            while True:
+                await self._wait_for_replica(tried)
+                replica = self._pick(tried)
+                replica.inflight += 1
+                try:
+                    return await getattr(replica.actor, method).remote(request)
+                except (RayTaskError, RayActorError) as exc:
+                    mapped = self._mapped(exc, replica)
+                    if not mapped.retry:
+                        raise mapped.error from None
+                    tried.add(replica.id)
+                finally:
+                    replica.inflight -= 1
+        finally:
+            self.ongoing -= 1
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         result: TokenizeResult = await self._call("tokenize", request)
@@ -182,10 +284,15 @@ class ModelRouter:
 
     async def _call(self, method: str, *args: Any) -> Any:
         """One request/response call on the least-loaded replica, with the replica's typed error."""
-        replica = self._pick(set())
-        replica.inflight += 1
+        self.ongoing += 1
         try:
-            with REPLICA_ERRORS.raising(self.config.name):
-                return await getattr(replica.actor, method).remote(*args)
+            await self._wait_for_replica(set())
+            replica = self._pick(set())
+            replica.inflight += 1
+            try:
+                with REPLICA_ERRORS.raising(self.config.name):
+                    return await getattr(replica.actor, method).remote(*args)
+            finally:
+                replica.inflight -= 1
         finally:
-            replica.inflight -= 1
+            self.ongoing -= 1

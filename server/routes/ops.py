@@ -24,7 +24,8 @@ async def ready(request: Request) -> dict[str, object]:
         raise ServiceUnavailableError("The gateway is shutting down.", code="draining")
     cluster: ControllerClient = request.app.state.cluster
     routers = cluster.routers()  # ready replicas only: the controller health-checks them
-    missing = [r.config.name for r in routers if not r.replicas]
+    # An autoscaled model at zero replicas takes traffic: a request starts one.
+    missing = [r.config.name for r in routers if not r.servable()]
     if missing:
         raise ServiceUnavailableError(
             f"No ready replica for model(s): {', '.join(missing)}.", code="not_ready"

@@ -18,9 +18,16 @@ from backends.cluster.errors import ReplicaDiedError
 from backends.cluster.replica import ReplicaDrainingError
 from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
-from protocol.config import ModelConfig
+from protocol.config import AutoscalingConfig, ModelConfig
 from protocol.errors import EngineError, ServiceUnavailableError
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest, SamplingParams
+from protocol.generation import (
+    ChatMessage,
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    SamplingParams,
+)
 
 CONFIG = ModelConfig(name="m", backend="synthetic")
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
@@ -368,3 +375,68 @@ async def test_concurrent_requests_spread_over_replicas() -> None:
     gate.set()
     await asyncio.gather(*calls)
     assert (a.embeds, b.embeds) == (2, 2)
+
+
+# ---- prefix affinity and scale from zero ---------------------------------------------------------
+
+SYSTEM = "You answer in one word. " * 30  # ~700 characters: two whole prefix blocks
+
+
+def chat(user: str) -> GenerateRequest:
+    messages = [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]
+    return GenerateRequest(request_id="r", sampling=SamplingParams(), messages=messages)
+
+
+def affinity_router(*actors: FakeActor, imbalance: int = 1) -> ModelRouter:
+    config = CONFIG.model_copy(
+        update={
+            "routing": CONFIG.routing.model_copy(
+                update={"policy": "prefix_affinity", "max_imbalance": imbalance}
+            )
+        }
+    )
+    return ModelRouter(config, [Replica(actor=a, id=a.name) for a in actors])
+
+
+def test_affinity_sends_a_known_prefix_back_within_the_imbalance_bound() -> None:
+    r = affinity_router(FakeActor("a"), FakeActor("b"))
+    first = r._pick(set(), r._keys(chat("q1")))
+    assert (r.affinity.miss, r.affinity.hit) == (1, 0)
+    first.inflight = 1  # busier than the other by 1: still within the bound
+    assert r._pick(set(), r._keys(chat("q2"))).id == first.id  # same system prompt
+    assert r.affinity.hit == 1
+    first.inflight = 3  # 3 above the least-loaded: fall back
+    other = r._pick(set(), r._keys(chat("q3")))
+    assert other.id != first.id and r.affinity.fallback == 1
+
+
+def test_least_loaded_policy_computes_no_prefix() -> None:
+    routing = CONFIG.routing.model_copy(update={"policy": "least_loaded"})
+    assert ModelRouter(CONFIG.model_copy(update={"routing": routing}), [])._keys(chat("q")) is None
+
+
+async def test_an_autoscaled_model_at_zero_waits_for_a_replica() -> None:
+    config = CONFIG.model_copy(update={"autoscaling": AutoscalingConfig(min_replicas=0, max_replicas=2)})
+    r = ModelRouter(config, [])
+    asked: list[int] = []
+    r.on_demand = lambda: asked.append(1)
+    r.state = "ready"
+    assert r.servable()
+    a = FakeActor("a", [[Delta("x", 1, 1, "stop")]])
+    task = asyncio.create_task(
+        collect(r.generate(GenerateRequest(request_id="r", sampling=SamplingParams())))
+    )
+    await asyncio.sleep(0.05)
+    assert not task.done() and asked and r.waiting == 1 and r.ongoing == 1
+    r.update(DeploymentRoute(config, "ready", None, [ReplicaRoute("a", a, "n", 100)], desired=1))
+    deltas = await asyncio.wait_for(task, 5)
+    assert [d.text for d in deltas] == ["x"] and r.waiting == 0 and r.ongoing == 0
+
+
+async def test_at_zero_with_no_room_for_a_replica_is_503_with_retry_after() -> None:
+    config = CONFIG.model_copy(update={"autoscaling": AutoscalingConfig(min_replicas=0, max_replicas=2)})
+    r = ModelRouter(config, [])
+    r.update(DeploymentRoute(config, "ready", None, [], no_room="no node has room"))
+    with pytest.raises(ServiceUnavailableError) as err:
+        await collect(r.generate(GenerateRequest(request_id="r", sampling=SamplingParams())))
+    assert err.value.headers() and "no node has room" in err.value.message and r.ongoing == 0

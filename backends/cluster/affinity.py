@@ -1,0 +1,68 @@
+"""Prefix affinity: remember which replica last served each prompt prefix, so the next request that
+starts the same way (same system prompt, the earlier turns of the same conversation) can go where
+the engine's prompt cache (llama.cpp) or prefix cache (vLLM) already holds it.
+
+Token-free and cheap: the prompt's text (a chat's messages, role-tagged, in order) is cut into
+blocks of `block_chars` characters and hashed as a chain, so block i's key stands for the whole
+text up to the end of block i. A request's longest known chain key names its preferred replica.
+The map is an LRU bounded by `MAX_KEYS`; a few hundred bytes per prompt at most.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from protocol.generation import GenerateRequest
+
+MAX_KEYS = 65_536
+# Separators that cannot occur in role names, so ("ab","c") and ("a","bc") never render alike.
+_ROLE_END, _TURN_END = "\x1e", "\x1f"
+
+
+def prompt_text(request: GenerateRequest) -> str:
+    """The prompt as one string, in the order the engine reads it (a chat template keeps the order)."""
+    if request.messages is not None:
+        return "".join(f"{m.role}{_ROLE_END}{m.content}{_TURN_END}" for m in request.messages)
+    if isinstance(request.prompt, list):
+        return " ".join(map(str, request.prompt))
+    return request.prompt or ""
+
+
+def prefix_keys(text: str, block_chars: int, max_blocks: int) -> list[bytes]:
+    """Chained hashes of the text's whole blocks (a trailing partial block is not a reusable prefix
+    yet, except when the text is shorter than one block)."""
+    blocks = min(len(text) // block_chars, max_blocks) or (1 if text else 0)
+    keys: list[bytes] = []
+    digest = b""
+    for i in range(blocks):
+        chunk = text[i * block_chars : (i + 1) * block_chars]
+        digest = hashlib.blake2b(digest + chunk.encode("utf-8", "surrogatepass"), digest_size=12).digest()
+        keys.append(digest)
+    return keys
+
+
+class PrefixTable:
+    """Prefix key -> id of the replica that served it last (LRU)."""
+
+    def __init__(self, max_keys: int = MAX_KEYS) -> None:
+        self._owner: OrderedDict[bytes, str] = OrderedDict()
+        self._max = max_keys
+
+    def __len__(self) -> int:
+        return len(self._owner)
+
+    def preferred(self, keys: list[bytes], alive: set[str]) -> str | None:
+        """The replica that served the longest of `keys` last, if it is still among `alive`."""
+        for key in reversed(keys):
+            owner = self._owner.get(key)
+            if owner is not None and owner in alive:
+                return owner
+        return None
+
+    def record(self, keys: list[bytes], replica_id: str) -> None:
+        for key in keys:
+            self._owner[key] = replica_id
+            self._owner.move_to_end(key)
+        while len(self._owner) > self._max:
+            self._owner.popitem(last=False)
