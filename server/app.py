@@ -40,11 +40,11 @@ def build_app(settings: Settings) -> FastAPI:
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
-        return connect_controller(settings.state_dir, seed)
+        return connect_controller(settings.state_dir, seed, settings.state_resource)
 
     def response_store() -> Any:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
-        return connect_response_store(settings.state_dir, limits)
+        return connect_response_store(settings.state_dir, limits, settings.state_resource)
 
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)

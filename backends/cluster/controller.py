@@ -8,7 +8,8 @@ a long poll (`watch`) that returns as soon as anything changes.
 The specs are persisted to `<state_dir>/registry.json` on every change. A new controller restores
 them from there; only when there is no registry file yet does the gateway's config seed it. The
 controller is pinned to the node of the gateway that created it, so the state directory it writes
-is that gateway's.
+is that gateway's, unless `--state-resource` names the node that holds the state (a Ray head that
+outlives gateway restarts: ARCHITECTURE.md, "Where the controller lives").
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from backends.cluster.deployment import Deployment
-from backends.cluster.placement import check_feasible, invalid_options
+from backends.cluster.placement import check_feasible, invalid_options, state_actor_options
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
 from backends.engines.model_files import ModelFileError, resolve_model_file
@@ -223,11 +223,13 @@ class Controller:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
 
 
-def connect_controller(state_dir: Path | None, seed: list[ModelConfig]) -> Any:
-    """The cluster's controller: the existing one, or a new one on this node (restored from
-    `state_dir`, else seeded with `seed`). Get-or-create is atomic in Ray, so gateways starting
+def connect_controller(
+    state_dir: Path | None, seed: list[ModelConfig], state_resource: str | None = None
+) -> Any:
+    """The cluster's controller: the existing one, or a new one on this node, or on the node offering
+    `state_resource` (`placement.state_actor_options`), restored from `state_dir`, else seeded with
+    `seed`. Get-or-create is atomic in Ray, so gateways starting
     together still end up with one controller."""
-    here = ray.get_runtime_context().get_node_id()
     return (
         ray.remote(Controller)
         .options(
@@ -236,7 +238,7 @@ def connect_controller(state_dir: Path | None, seed: list[ModelConfig]) -> Any:
             lifetime="detached",
             num_cpus=0,
             max_concurrency=1000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+            **state_actor_options(state_resource),
         )
         .remote(str(state_dir) if state_dir else None, seed)
     )
