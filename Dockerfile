@@ -68,7 +68,8 @@ RUN pip install --no-deps --no-index /tmp/raygate/*.whl && rm -rf /tmp/raygate
 
 # The registry (registry.json) and the Responses store live here: keep it in a volume.
 VOLUME ["/var/lib/raygate"]
-USER raygate
+# Numeric, so a platform that checks runAsNonRoot can tell without reading /etc/passwd (DL3066).
+USER 10001:10001
 EXPOSE 8000
 # /ready, not /health: a container counts as healthy once its models answer. Python, not curl:
 # the runtime image carries no HTTP client.
