@@ -4,6 +4,8 @@ one process (tests do) shares nothing."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,6 +34,12 @@ log = logging.getLogger(__name__)
 STARTUP_SETTLE_SECONDS = 3600.0
 
 
+def _stop_this_process() -> None:
+    """The Ray cluster is gone (ControllerClient): shut down as on `docker stop`, so that a restart
+    policy brings the gateway back into the cluster that replaces it."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
@@ -52,7 +60,7 @@ def build_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
-        cluster = ControllerClient(controller)
+        cluster = ControllerClient(controller, on_lost=_stop_this_process)
         try:
             info = await cluster.start()
             _log_origin(info, settings)
