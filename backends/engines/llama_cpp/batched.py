@@ -19,6 +19,11 @@ parsing, the deltas). Only the decode loop differs, and with it where the logits
 sequence samples from, and scores, its own rows of the shared batch. The scheduler thread feeds
 each request's stream directly (`backends.streams.ThreadFeed`); no thread waits per request.
 
+Backpressure: each stream's pump is bounded, but the scheduler must not wait on one stream (every
+other sequence would stall with it). Its feeds never block; a sequence whose reader is a whole
+bound behind (`feed.full`: the client reads nothing) is left out of the next decodes, keeping its
+slot and its sampled token, until its reader catches up or the stream is closed (cancel).
+
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +56,11 @@ from protocol.generation import (
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
+# Deltas a sequence may run ahead of its stream's reader before it is paused.
+MAX_QUEUED_DELTAS = 64
+# When every running sequence is paused (no reader reads), how long the scheduler sleeps before
+# looking again. Only then: a step with any work never sleeps.
+PAUSED_POLL_SECONDS = 0.01
 
 
 @dataclass(eq=False)
@@ -120,8 +131,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         model = loaded(self._model)
         job = await model.prepare(request, self.context_length)
         with self._running(request.request_id) as run:
-            async with Pump[Delta]() as pump:
-                feed = pump.thread_feed(run.cancel)
+            async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
+                feed = pump.thread_feed(run.cancel, block=False)
                 out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
                 self._incoming.put(_Sequence(job.prompt, job.sampler, out, feed, prompt_top=top))
@@ -147,6 +158,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 continue
             try:
                 outputs, scored = self._fill(batch, running, cached)
+                if not batch.batch.n_tokens:  # every sequence waits for its reader
+                    time.sleep(PAUSED_POLL_SECONDS)
+                    continue
                 self._decode_batch(batch)
             except Exception as exc:
                 for slot, seq in running.items():
@@ -215,7 +229,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             slot = max(free, key=lambda s: _common_prefix(cached[s], seq.prompt))
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             shared = 0 if seq.prompt_top is not None else _common_prefix(cached[slot], seq.prompt)
-            keep = min(shared, len(seq.prompt) - sampling_lib.REEVALUATED)
+            # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
+            # that was sampled, and the sequence waited for ever.
+            keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             seq.slot, seq.fed = slot, keep
@@ -225,7 +241,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]
     ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
-        """One decode's tokens: every running sequence's next token first, then prompt chunks.
+        """One decode's tokens: the next token of every running sequence whose reader keeps up
+        (a paused one keeps its token for later) first, then prompt chunks.
         Returns (slot, batch index) of each token whose logits are sampled, and
         (slot, first batch index, first prompt position, count) of each prompt chunk whose
         tokens are scored (prompt logprobs)."""
@@ -242,7 +259,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             cached[slot].append(token)
 
         for slot, seq in running.items():
-            if seq.next_token is not None:
+            if seq.next_token is not None and not seq.feed.full:
                 outputs.append((slot, b.n_tokens))
                 add(slot, seq.next_token, True)
                 seq.next_token = None
