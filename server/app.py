@@ -75,12 +75,8 @@ def build_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
-<<<<<<< HEAD
         cluster = ControllerClient(controller, on_lost=_stop_this_process)
-=======
-        cluster = ControllerClient(controller)
         sampler: asyncio.Task[None] | None = None
->>>>>>> main
         try:
             info = await cluster.start()
             _log_origin(info, settings)
