@@ -36,7 +36,7 @@ def closure() -> dict[str, str]:
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     roots = [Requirement(r) for r in project["dependencies"]]
     roots += [Requirement(r) for extra in EXTRAS for r in project["optional-dependencies"][extra]]
-    pins = {canonicalize_name(name): md.version(name) for name in NO_DEPS}
+    pins: dict[str, str] = {canonicalize_name(name): md.version(name) for name in NO_DEPS}
     seen: set[tuple[str, frozenset[str]]] = set()
     stack = [roots]
     while stack:
