@@ -54,6 +54,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     RAY_worker_niceness=0 \
     RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES=268435456 \
     RAYGATE_STATE_DIR=/var/lib/raygate \
+    RAYGATE_CONFIG=/app/models/default.yaml \
     RAYGATE_CLOSED_ADMIN=1
 # RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES: Ray's object store (256 MiB: it holds only small
 # deltas here) must fit in /dev/shm, else Ray moves it to /tmp and warns. Run with

@@ -29,7 +29,7 @@ import httpx
 from openai import OpenAI
 
 REPO = Path(__file__).resolve().parent.parent
-IMAGE = os.environ.get("RAYGATE_IMAGE", "raygate:latest")
+IMAGE = "raygate:latest"  # the name docker-compose.yml runs
 NAME = "raygate-smoke"
 PROJECT = "raygate-smoke"
 ADMIN_KEY = "smoke-admin-key-0123"
@@ -111,8 +111,11 @@ def hammer(url: str, api: OpenAI, n: int = 12) -> None:
 
 def build() -> None:
     t0 = time.monotonic()
-    sh("docker", "build", "-t", IMAGE, ".")
-    step("docker build", t0)
+    if os.environ.get("RAYGATE_IMAGE_PREBUILT"):  # test an image built elsewhere, as it is
+        sh("docker", "image", "inspect", IMAGE)
+    else:
+        sh("docker", "build", "-t", IMAGE, ".")
+        step("docker build", t0)
     size = sh("docker", "image", "inspect", IMAGE, "--format", "{{.Size}}").strip()
     print(f"[image] size: {int(size) / 1e6:.0f} MB", flush=True)
 

@@ -48,6 +48,7 @@ class ControllerClient:
         self._connect = connect
         self._on_lost = on_lost
         self._lost_after = lost_after
+        self.reachable = True  # False from a failed watch until the next answer: /ready says 503
         self._controller: Any = None
         self._routers: dict[str, ModelRouter] = {}
         self._by_id: dict[str, ModelRouter] = {}
@@ -79,8 +80,11 @@ class ControllerClient:
         failing_since: float | None = None
         while True:
             try:
-                await asyncio.wait_for(self.refresh(WATCH_SECONDS), WATCH_SECONDS + CALL_SLACK_SECONDS)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel of shutdown().
+                async with asyncio.timeout(WATCH_SECONDS + CALL_SLACK_SECONDS):
+                    await self.refresh(WATCH_SECONDS)
                 failing_since = None
+                self.reachable = True
                 continue
             except (RayActorError, TimeoutError) as exc:
                 log.warning(
@@ -89,14 +93,14 @@ class ControllerClient:
                 await asyncio.sleep(RECONNECT_SECONDS)
                 self._version = -1  # a new controller counts versions from zero again
                 try:
-                    self._controller = await asyncio.wait_for(
-                        asyncio.to_thread(self._connect), CALL_SLACK_SECONDS
-                    )
+                    async with asyncio.timeout(CALL_SLACK_SECONDS):
+                        self._controller = await asyncio.to_thread(self._connect)
                 except Exception:
                     log.exception("cannot recreate the controller")
             except Exception:
                 log.exception("routing table refresh failed")
                 await asyncio.sleep(RECONNECT_SECONDS)
+            self.reachable = False
             failing_since = failing_since or time.monotonic()
             if self._on_lost is not None and time.monotonic() - failing_since > self._lost_after:
                 log.error(

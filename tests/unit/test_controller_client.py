@@ -1,6 +1,7 @@
 """backends/cluster/controller_client.py: when the controller stays unreachable and cannot be
 recreated (the Ray cluster is gone, e.g. its head container restarted), the gateway gives up once,
-so that a restart policy brings it into the new cluster; a reachable controller never trips it.
+so that a restart policy brings it into the new cluster, and says not-ready meanwhile; a reachable
+or recreated controller never trips it.
 The controller is a fake shaped like a Ray actor handle; Ray itself is never started."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class FakeController:
         self.watch = _Method(watch)
 
 
-async def _run(alive: bool, reconnects: bool, seconds: float) -> list[str]:
+async def _run(alive: bool, reconnects: bool, seconds: float) -> list[object]:
     lost: list[str] = []
     controller = FakeController(alive)
 
@@ -49,15 +50,15 @@ async def _run(alive: bool, reconnects: bool, seconds: float) -> list[str]:
     await asyncio.sleep(seconds)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    return lost
-
-
-async def test_a_cluster_that_stays_gone_stops_the_gateway_once(monkeypatch: Any) -> None:
-    monkeypatch.setattr(controller_client, "RECONNECT_SECONDS", 0.01)
-    assert await _run(alive=False, reconnects=False, seconds=1.0) == ["lost"]
+    return [*lost, client.reachable]
 
 
 async def test_a_recreated_controller_keeps_the_gateway(monkeypatch: Any) -> None:
     monkeypatch.setattr(controller_client, "RECONNECT_SECONDS", 0.01)
-    assert await _run(alive=False, reconnects=True, seconds=1.0) == []
-    assert await _run(alive=True, reconnects=False, seconds=0.5) == []
+    assert await _run(alive=False, reconnects=True, seconds=1.0) == [True]
+    assert await _run(alive=True, reconnects=False, seconds=0.5) == [True]
+
+
+async def test_a_cluster_that_stays_gone_stops_the_gateway_once(monkeypatch: Any) -> None:
+    monkeypatch.setattr(controller_client, "RECONNECT_SECONDS", 0.01)
+    assert await _run(alive=False, reconnects=False, seconds=1.0) == ["lost", False]
