@@ -43,6 +43,11 @@ RUN pip wheel --no-deps --wheel-dir /wheels/raygate .
 
 # ---- runtime ----
 FROM python:3.11-slim-bookworm
+# libgomp1: llama.cpp's OpenMP runtime (libllama.so links it). DL3008 as in the builder.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/raygate raygate \
  && install -d -o raygate -g raygate /var/lib/raygate
 ENV PATH=/opt/venv/bin:$PATH \
