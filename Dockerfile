@@ -47,7 +47,7 @@ FROM python:3.11-slim-bookworm
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/raygate raygate \
  && install -d -o raygate -g raygate /var/lib/raygate
 ENV PATH=/opt/venv/bin:$PATH \
