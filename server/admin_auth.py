@@ -1,7 +1,9 @@
 """The admin key: when `--admin-key` (RAYGATE_ADMIN_KEY) is set, `/admin` wants it as a bearer
 token. Separate from client API keys on purpose: whoever may call a model may not redeploy it.
 Without a key `/admin` is open; `raygate serve` refuses to listen beyond loopback that way unless
-told to (`--allow-open-admin`, server/exposure.py).
+told to (`--allow-open-admin`, server/exposure.py). `--closed-admin` (the container image's
+default) refuses `/admin` with a 403 until a key is set, so the gateway can listen everywhere and
+still serve `/v1`.
 
 The header is parsed exactly as on `/v1` (server/auth.py `bearer_token`: one header, `Bearer`,
 no padding), and compared as SHA-256 digests in constant time. Xinference's registry-changing
@@ -15,7 +17,7 @@ import hmac
 
 from fastapi import Request
 
-from protocol.errors import AuthenticationError
+from protocol.errors import AuthenticationError, PermissionDeniedError
 from server.auth import bearer_token
 
 # Xinference's API (server/routes/xinference.py) changes the registry under /v1: these requests want
@@ -37,8 +39,15 @@ def _digest(secret: str) -> bytes:
 
 
 async def require_admin_key(request: Request) -> None:
-    expected: str | None = request.app.state.settings.admin_key
+    settings = request.app.state.settings
+    expected: str | None = settings.admin_key
     if not expected:
+        if settings.closed_admin:
+            raise PermissionDeniedError(
+                "/admin is closed: no admin key is configured. Set RAYGATE_ADMIN_KEY or "
+                "RAYGATE_ADMIN_KEY_FILE (a Docker secret) and restart the gateway.",
+                code="admin_closed",
+            )
         return
     token = bearer_token(request.headers.getlist("authorization"), what="admin key")
     if not hmac.compare_digest(_digest(token), _digest(expected)):

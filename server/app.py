@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -48,6 +50,12 @@ log = logging.getLogger(__name__)
 STARTUP_SETTLE_SECONDS = 3600.0
 
 
+def _stop_this_process() -> None:
+    """The Ray cluster is gone (ControllerClient): shut down as on `docker stop`, so that a restart
+    policy brings the gateway back into the cluster that replaces it."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
@@ -58,11 +66,11 @@ def build_app(settings: Settings) -> FastAPI:
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
-        return connect_controller(settings.state_dir, seed, builtins)
+        return connect_controller(settings.state_dir, seed, builtins, settings.state_resource)
 
     def response_store() -> Any:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
-        return connect_response_store(settings.state_dir, limits)
+        return connect_response_store(settings.state_dir, limits, settings.state_resource)
 
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
@@ -70,7 +78,7 @@ def build_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
-        cluster = ControllerClient(controller)
+        cluster = ControllerClient(controller, on_lost=_stop_this_process)
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None
         try:

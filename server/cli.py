@@ -78,10 +78,33 @@ def _parser() -> argparse.ArgumentParser:
         "registry (env RAYGATE_STATE_DIR; default: not persisted)",
     )
     serve.add_argument(
+        "--state-resource",
+        default=os.environ.get("RAYGATE_STATE_RESOURCE") or None,
+        help="run the controller and the Responses store on the Ray node offering this custom "
+        "resource (`ray start --resources`), whose disk holds --state-dir, instead of on this "
+        "gateway's node: they then outlive a restart of the gateway (env RAYGATE_STATE_RESOURCE)",
+    )
+    serve.add_argument(
         "--admin-key",
         default=os.environ.get("RAYGATE_ADMIN_KEY") or None,
         help="require this bearer token on /admin, at least 8 characters (env RAYGATE_ADMIN_KEY; "
         "default: /admin is open, which only a loopback --host allows without --allow-open-admin)",
+    )
+    serve.add_argument(
+        "--admin-key-file",
+        type=Path,
+        default=Path(os.environ["RAYGATE_ADMIN_KEY_FILE"])
+        if os.environ.get("RAYGATE_ADMIN_KEY_FILE")
+        else None,
+        help="read the admin key from this file, e.g. a Docker secret in /run/secrets (env "
+        "RAYGATE_ADMIN_KEY_FILE); surrounding whitespace is ignored",
+    )
+    serve.add_argument(
+        "--closed-admin",
+        action="store_true",
+        default=os.environ.get("RAYGATE_CLOSED_ADMIN", "").lower() in ("1", "true", "yes"),
+        help="without an admin key, answer /admin with 403 instead of serving it open; allows any "
+        "--host (env RAYGATE_CLOSED_ADMIN=1, the container image's default)",
     )
     serve.add_argument(
         "--allow-open-admin",
@@ -248,6 +271,16 @@ def _add_operations_options(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _read_key_file(path: Path | None) -> str | None:
+    """The admin key kept in a file (a Docker secret), so it is in neither `ps` nor the environment."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the admin key file {path}: {exc.strerror}") from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -257,6 +290,11 @@ def _serve(args: argparse.Namespace) -> int:
     from server.lifecycle import STOP_GRACE_S, DrainingServer
     from server.logs import configure_logging
 
+    try:
+        admin_key = args.admin_key or _read_key_file(args.admin_key_file)
+    except ConfigError as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -265,8 +303,9 @@ def _serve(args: argparse.Namespace) -> int:
         ray_num_cpus=args.ray_num_cpus,
         log_level=args.log_level,
         state_dir=args.state_dir.resolve() if args.state_dir else None,
+        state_resource=args.state_resource,
         ray_namespace=args.ray_namespace,
-        admin_key=args.admin_key,
+        admin_key=admin_key,
         log_format=args.log_format,
         api_keys=tuple(args.api_key or _env_list("RAYGATE_API_KEYS")),
         api_keys_file=args.api_keys_file,
@@ -279,6 +318,7 @@ def _serve(args: argparse.Namespace) -> int:
         sse_ping_s=args.sse_ping_seconds,
         drain_timeout_s=args.drain_timeout,
         allow_open_admin=args.allow_open_admin,
+        closed_admin=args.closed_admin,
         max_header_bytes=args.max_header_bytes,
         header_timeout_s=args.header_timeout,
         keep_alive_timeout_s=args.keep_alive_timeout,

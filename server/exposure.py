@@ -2,7 +2,8 @@
 
 Without `--admin-key`, `/admin` lets anyone who can connect deploy, replace and remove models. That
 is fine on loopback (the default `--host 127.0.0.1`), and a trap anywhere else: listening beyond
-loopback with an open `/admin` needs an explicit `--allow-open-admin` (RAYGATE_ALLOW_OPEN_ADMIN=1),
+loopback with an open `/admin` needs an explicit `--allow-open-admin` (RAYGATE_ALLOW_OPEN_ADMIN=1)
+or `--closed-admin` (`/admin` refused until a key is set: the container image's default),
 otherwise `raygate serve` exits with a message saying what to do. Without API keys `/v1` is open
 to everyone who can connect: allowed, with a warning.
 
@@ -49,11 +50,16 @@ def check_exposure(settings: Settings, api_keys_configured: bool) -> list[str]:
     if is_loopback(settings.host):
         return []
     warnings = []
-    if not settings.admin_key:
+    if not settings.admin_key and settings.closed_admin:
+        warnings.append(
+            "/admin is closed (403): no admin key is set (RAYGATE_ADMIN_KEY or RAYGATE_ADMIN_KEY_FILE)"
+        )
+    elif not settings.admin_key:
         if not settings.allow_open_admin:
             raise ConfigError(
                 f"refusing to listen on {settings.host} with /admin open to anyone who can connect: set "
-                "an admin key (--admin-key or RAYGATE_ADMIN_KEY), listen on 127.0.0.1, or pass "
+                "an admin key (--admin-key or RAYGATE_ADMIN_KEY), listen on 127.0.0.1, pass --closed-admin "
+                "(RAYGATE_CLOSED_ADMIN=1) to refuse /admin, or pass "
                 "--allow-open-admin (RAYGATE_ALLOW_OPEN_ADMIN=1) if the network is trusted"
             )
         warnings.append(

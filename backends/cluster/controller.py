@@ -8,7 +8,8 @@ a long poll (`watch`) that returns as soon as anything changes.
 The specs are persisted to `<state_dir>/registry.json` on every change. A new controller restores
 them from there; only when there is no registry file yet does the gateway's config seed it. The
 controller is pinned to the node of the gateway that created it, so the state directory it writes
-is that gateway's.
+is that gateway's, unless `--state-resource` names the node that holds the state (a Ray head that
+outlives gateway restarts: ARCHITECTURE.md, "Where the controller lives").
 
 Autoscaled deployments are resized here, every `AUTOSCALE_TICK_SECONDS`, from the load all
 gateways report (`report_load`; `autoscaler.py` decides), never beyond what the cluster can place
@@ -26,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from backends.cluster.autoscaler import LoadReports
 from backends.cluster.deployment import UPDATE_DRAIN_SECONDS, Deployment
-from backends.cluster.placement import check_feasible, invalid_options, room_for
+from backends.cluster.placement import check_feasible, invalid_options, room_for, state_actor_options
 from backends.cluster.registrations import Registrations
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
@@ -309,12 +309,15 @@ class Controller:
 
 
 def connect_controller(
-    state_dir: Path | None, seed: list[ModelConfig], builtins: list[ModelConfig] | None = None
+    state_dir: Path | None,
+    seed: list[ModelConfig],
+    builtins: list[ModelConfig] | None = None,
+    state_resource: str | None = None,
 ) -> Any:
-    """The cluster's controller: the existing one, or a new one on this node (restored from
-    `state_dir`, else seeded with `seed`; `builtins`: what Xinference's API lists as built-in).
-    Get-or-create is atomic in Ray, so gateways starting together still end up with one controller."""
-    here = ray.get_runtime_context().get_node_id()
+    """The cluster's controller: the existing one, or a new one on this node, or on the node offering
+    `state_resource` (`placement.state_actor_options`), restored from `state_dir`, else seeded with
+    `seed`; `builtins`: what Xinference's API lists as built-in. Get-or-create is atomic in Ray, so
+    gateways starting together still end up with one controller."""
     return (
         ray.remote(Controller)
         .options(
@@ -323,7 +326,7 @@ def connect_controller(
             lifetime="detached",
             num_cpus=0,
             max_concurrency=1000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+            **state_actor_options(state_resource),
         )
         .remote(str(state_dir) if state_dir else None, seed, builtins)
     )

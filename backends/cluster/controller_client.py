@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 30.0
 RECONNECT_SECONDS = 1.0
+# A Ray call that has not answered this long after its own timeout is treated as failed.
+CALL_SLACK_SECONDS = 15.0
 
 
 class ControllerError(RuntimeError):
@@ -43,8 +45,16 @@ class ControllerClient:
     """This gateway's cache of the controller's route table (module docstring): routes from it, keeps it fresh
     with `watch`, and recreates a vanished controller."""
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
+    def __init__(
+        self, connect: Callable[[], Any], on_lost: Callable[[], None] | None = None, lost_after: float = 60.0
+    ) -> None:
+        """`on_lost` is called once if the controller stays unreachable and cannot be recreated
+        for `lost_after` seconds: the Ray cluster itself is gone (e.g. its head restarted), and
+        only a new process can join the new one."""
         self._connect = connect
+        self._on_lost = on_lost
+        self._lost_after = lost_after
+        self.reachable = True  # False from a failed watch until the next answer: /ready says 503
         self._controller: Any = None
         self._routers: dict[str, ModelRouter] = {}
         self._by_id: dict[str, ModelRouter] = {}
@@ -79,20 +89,39 @@ class ControllerClient:
         self._apply(table)
 
     async def _watch(self) -> None:
+        failing_since: float | None = None
         while True:
             try:
-                await self.refresh(WATCH_SECONDS)
-            except RayActorError as exc:
-                log.warning("controller unreachable (%s); reconnecting", str(exc).splitlines()[0])
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel of shutdown().
+                async with asyncio.timeout(WATCH_SECONDS + CALL_SLACK_SECONDS):
+                    await self.refresh(WATCH_SECONDS)
+                failing_since = None
+                self.reachable = True
+                continue
+            except (RayActorError, TimeoutError) as exc:
+                log.warning(
+                    "controller unreachable (%s); reconnecting", (str(exc) or repr(exc)).splitlines()[0]
+                )
                 await asyncio.sleep(RECONNECT_SECONDS)
                 self._version = -1  # a new controller counts versions from zero again
                 try:
-                    self._controller = await asyncio.to_thread(self._connect)
+                    async with asyncio.timeout(CALL_SLACK_SECONDS):
+                        self._controller = await asyncio.to_thread(self._connect)
                 except Exception:
                     log.exception("cannot recreate the controller")
             except Exception:
                 log.exception("routing table refresh failed")
                 await asyncio.sleep(RECONNECT_SECONDS)
+            self.reachable = False
+            failing_since = failing_since or time.monotonic()
+            if self._on_lost is not None and time.monotonic() - failing_since > self._lost_after:
+                log.error(
+                    "the controller has been unreachable for %.0f s and cannot be recreated: the Ray "
+                    "cluster is gone; stopping so that a supervisor restarts this gateway into the new one",
+                    self._lost_after,
+                )
+                self._on_lost()
+                return
 
     def load(self) -> dict[str, float]:
         """This gateway's ongoing requests per autoscaled model: inside the router (running, or

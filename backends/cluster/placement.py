@@ -1,5 +1,6 @@
-"""Can the Ray cluster host a replica at all? Asked before deploying and before replacing a dead
-replica, so an impossible request is a clear error instead of an actor pending forever."""
+"""Where actors go. Can the Ray cluster host a replica at all? Asked before deploying and before
+replacing a dead replica, so an impossible request is a clear error instead of an actor pending
+forever. And on which node the state-owning actors live (`state_actor_options`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from protocol.config import ModelConfig
 
@@ -78,3 +80,20 @@ async def room_for(spec: ModelConfig) -> int:
     # A GCS round trip; Ray has no public per-node *available* view (ray.nodes() gives totals).
     available = await asyncio.to_thread(ray._private.state.available_resources_per_node)
     return free_slots(demand, available)
+
+
+STATE_RESOURCE_DEMAND = 0.01  # a token amount: the resource marks a node, it is not consumed
+
+
+def state_actor_options(state_resource: str | None) -> dict[str, Any]:
+    """Where the actors that own the state directory (controller, Responses store) are created.
+
+    By default on this gateway's node, whose `--state-dir` they write. With `state_resource`, on the
+    node that offers that custom Ray resource instead (compose gives it to the head, with the state
+    volume): a gateway that restarts then finds them alive on a node that outlived it, rather than
+    a dead actor on its own former node (ARCHITECTURE.md, "Where the controller lives").
+    """
+    if state_resource:
+        return {"resources": {state_resource: STATE_RESOURCE_DEMAND}}
+    here = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)}

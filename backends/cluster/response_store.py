@@ -23,8 +23,8 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from backends.cluster.placement import state_actor_options
 from backends.cluster.response_db import DB_FILE, ResponseDB, StoreLimits
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,12 @@ class ResponseStore:
         return self._db.delete(response_id, owner)
 
 
-def connect_response_store(state_dir: Path | None, limits: StoreLimits) -> Any:
-    """The namespace's store: the existing actor, or a new one on this node. Get-or-create is
+def connect_response_store(
+    state_dir: Path | None, limits: StoreLimits, state_resource: str | None = None
+) -> Any:
+    """The namespace's store: the existing actor, or a new one where the controller goes
+    (`placement.state_actor_options`). Get-or-create is
     atomic in Ray, so gateways starting together still share one."""
-    here = ray.get_runtime_context().get_node_id()
     return (
         ray.remote(ResponseStore)
         .options(
@@ -71,7 +73,7 @@ def connect_response_store(state_dir: Path | None, limits: StoreLimits) -> Any:
             lifetime="detached",
             num_cpus=0,
             max_restarts=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+            **state_actor_options(state_resource),
         )
         .remote(str(state_dir) if state_dir else None, limits.max_age_s, limits.max_bytes)
     )

@@ -23,6 +23,8 @@ async def ready(request: Request) -> dict[str, object]:
     if lifecycle.draining:
         raise ServiceUnavailableError("The gateway is shutting down.", code="draining")
     cluster: ControllerClient = request.app.state.cluster
+    if not cluster.reachable:  # its table may list replicas that died with the controller's node
+        raise ServiceUnavailableError("The Raygate controller is unreachable.", code="controller_unreachable")
     routers = cluster.routers()  # ready replicas only: the controller health-checks them
     # An autoscaled model at zero replicas takes traffic: a request starts one.
     missing = [r.config.name for r in routers if not r.servable()]
