@@ -4,7 +4,7 @@ vendors, so the peer runs exactly the kernels Raygate's engines run.
     python -m bench.llama_server        # build (once; minutes) and print the binary's path
 
 The sdist comes from the package index (`pip download --no-binary`, which uses pip's cache), and
-the build is cached under ~/.cache/raygate/llama-server/<version>/: later runs find the binary
+the build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs find the binary
 and start at once. CPU flags are the Makefile's portable ones (`CMAKE_ARGS`, exported by `make`),
 with the server turned on; only the `llama-server` target is built.
 """
@@ -45,26 +45,23 @@ def binary(version: str | None = None) -> Path:
     """The `llama-server` of llama-cpp-python `version` (the installed one by default), built
     first if the cache has none."""
     version = version or metadata.version("llama_cpp_python")
-    root = CACHE / version
-    exe = root / "build" / "bin" / "llama-server"
+    src = CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    exe = src / "build" / "bin" / "llama-server"
     if exe.exists():
         return exe
-    root.mkdir(parents=True, exist_ok=True)
-    sdist = root / f"llama_cpp_python-{version}.tar.gz"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / f"llama_cpp_python-{version}.tar.gz"
     if not sdist.exists():
         log.info("downloading the llama-cpp-python %s sdist", version)
         pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps"]
-        subprocess.run([*pip, "-d", str(root), f"llama-cpp-python=={version}"], check=True)
-    src = root / "src"
+        subprocess.run([*pip, "-d", str(CACHE), f"llama-cpp-python=={version}"], check=True)
     if not (src / "CMakeLists.txt").exists():
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-            for m in members:
-                m.name = m.name[len(prefix) :]
-            tar.extractall(src, members=[m for m in members if m.name], filter="data")
+            tar.extractall(CACHE, members=members, filter="data")
     log.info("building llama-server %s (once; minutes)", version)
-    build = root / "build"
+    build = src / "build"
     subprocess.run(["cmake", "-S", str(src), "-B", str(build), *cmake_args()], check=True)
     jobs = str(os.cpu_count() or 2)
     subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True)
