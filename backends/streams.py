@@ -17,9 +17,15 @@ they share one end marker, one way errors travel and one cancellation rule:
 * Nothing waits on a timer. `batches()` hands out the first item as soon as it arrives and then
   whatever else is already queued, so coalescing never adds latency.
 
-The queue is unbounded by default; `maxsize` bounds it (producers then wait for room), for
-backpressure. Standard library only: `server/`, `backends/cluster/` and `backends/engines/` all
-import it.
+Backpressure: `maxsize` bounds the queue, so a reader that stops reading stops its producers
+(issue #12: a client that read nothing let the engine produce a whole answer into gateway memory).
+Task producers wait in `Queue.put`, which does not yield to the loop while there is room. A thread
+waits in its feed's `put` until the reader has taken an item: a counter under a lock (`_Room`), no
+round trip to the loop per item; closing the pump opens the room for good, so a blocked thread
+always returns (and then sees its `cancel` event). A feed made with `block=False` never waits and
+says `full` instead, for a thread that serves several streams and must not stall on one (the
+batched llama.cpp scheduler pauses that stream). A pump is fed by tasks or by threads, not both.
+Standard library only: `server/`, `backends/cluster/` and `backends/engines/` all import it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,29 @@ from types import TracebackType
 from typing import Final, Generic, TypeVar
 
 T = TypeVar("T")
+S = TypeVar("S")
+
+# How often a thread blocked on a full feed looks at its `cancel` event (an engine's `abort()` sets
+# it without closing the pump). Only a thread that is already waiting polls: the normal path never.
+CANCEL_POLL_SECONDS = 0.05
+
+
+async def _aclose(stream: object) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+@contextlib.asynccontextmanager
+async def closing(stream: S) -> AsyncIterator[S]:
+    """`async with closing(source): async for x in source: yield ...` in a wrapping generator:
+    closing the wrapper at its `yield` (a reader that stopped reading, then left) closes `source`
+    too. `async for` alone leaves it open until it is garbage-collected. Unlike
+    `contextlib.aclosing`, any async iterable will do (one without `aclose` is left alone)."""
+    try:
+        yield stream
+    finally:
+        await _aclose(stream)
 
 
 class _End:
@@ -58,7 +87,9 @@ class Pump(Generic[T]):
     producers, then read with `async for item in pump` or `async for batch in pump.batches(n)`."""
 
     def __init__(self, maxsize: int = 0) -> None:
+        self._maxsize = maxsize
         self._queue: asyncio.Queue[T | _End | _Failure] = asyncio.Queue(maxsize)
+        self._room: _Room | None = None  # the bound for thread feeds (their queue is unbounded)
         self._tasks: list[asyncio.Task[None]] = []
         self._feeds: list[ThreadFeed[T]] = []
         self._open = 0  # producers whose end marker has not been read yet
@@ -76,6 +107,8 @@ class Pump(Generic[T]):
 
     def add(self, source: AsyncIterable[T]) -> None:
         """Drain `source` into the queue on a task of the running loop."""
+        if self._feeds:
+            raise RuntimeError("a pump is fed by tasks or by threads, not both")
         self._open += 1
         self._tasks.append(asyncio.create_task(self._drain(source)))
 
@@ -92,16 +125,29 @@ class Pump(Generic[T]):
             end: _End | _Failure = _END
         except Exception as exc:
             end = _Failure(exc)
+        except BaseException:
+            # Cancelled while waiting for room (the reader stopped, then left): the source sits
+            # at a `yield`, where the cancellation never reached it. Close it now, so its
+            # `finally` blocks run before `aclose()` returns, not whenever it is collected.
+            await _aclose(source)
+            raise
         if bounded:
             await queue.put(end)
         else:
             queue.put_nowait(end)
 
-    def thread_feed(self, cancel: threading.Event | None = None) -> ThreadFeed[T]:
+    def thread_feed(self, cancel: threading.Event | None = None, *, block: bool = True) -> ThreadFeed[T]:
         """A producer for code on another thread. Call from the loop's thread, before starting
         the thread. `cancel` (a new event if not given) is set when the pump closes, and is the
-        thread's signal to stop; an `abort()` may share it."""
-        feed = ThreadFeed(self, asyncio.get_running_loop(), cancel or threading.Event())
+        thread's signal to stop; an `abort()` may share it. On a bounded pump, `put` waits for
+        room (`block=False`: it never waits; the thread reads `feed.full` and holds back)."""
+        if self._tasks:
+            raise RuntimeError("a pump is fed by tasks or by threads, not both")
+        if self._maxsize > 0 and self._room is None:
+            # The bound moves from the queue to the room: end markers must always get through.
+            self._room = _Room(self._maxsize)
+            self._queue = asyncio.Queue()
+        feed = ThreadFeed(self, asyncio.get_running_loop(), cancel or threading.Event(), block)
         self._open += 1
         self._feeds.append(feed)
         return feed
@@ -110,7 +156,7 @@ class Pump(Generic[T]):
 
     async def __aiter__(self) -> AsyncIterator[T]:
         """Every item, one at a time."""
-        queue = self._queue
+        queue, room = self._queue, self._room
         while self._open:
             item = await queue.get()
             if isinstance(item, _End):
@@ -119,13 +165,15 @@ class Pump(Generic[T]):
                 self._open = 0
                 raise item.error
             else:
+                if room is not None:
+                    room.give(1)
                 yield item
 
     async def batches(self, limit: int | None = None) -> AsyncIterator[list[T]]:
         """Lists of items: waits for one, then takes whatever else is queued already (at most
         `limit` in all), never waiting for more. Items queued before an error or the end are
         handed out before it."""
-        queue = self._queue
+        queue, room = self._queue, self._room
         while self._open:
             batch: list[T] = []
             item = await queue.get()
@@ -147,6 +195,8 @@ class Pump(Generic[T]):
                     break
                 item = queue.get_nowait()
             if batch:
+                if room is not None:
+                    room.give(len(batch))
                 yield batch
 
     # -- closing -----------------------------------------------------------------------------
@@ -157,8 +207,8 @@ class Pump(Generic[T]):
         self._closed = True
         for feed in self._feeds:
             feed.cancel.set()
-        if self._queue.maxsize > 0:
-            self._release_waiting_producers()
+        if self._room is not None:
+            self._room.open()
         for task in self._tasks:
             if not task.done():
                 task.cancel()
@@ -166,25 +216,67 @@ class Pump(Generic[T]):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _release_waiting_producers(self) -> None:
-        """A bounded queue nobody reads any more: empty it so a thread blocked in `put` returns
-        (and then sees the pump closed)."""
-        while not self._queue.empty():
-            self._queue.get_nowait()
+
+class _Room:
+    """Free places in a bounded pump that threads feed. The reader gives places back as it takes
+    items; a thread takes one per item, waiting while there is none."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
+        self._open = False  # the pump has closed: nobody waits any more
+
+    @property
+    def full(self) -> bool:
+        return self._free <= 0 and not self._open
+
+    def take(self, cancel: threading.Event, block: bool) -> None:
+        """One place. Waits (if `block`) while the pump is full, the pump is open and `cancel` is
+        not set: once cancelled, the few items left (the final delta, the end) go through."""
+        with self._freed:
+            if block:
+                while self._free <= 0 and not self._open and not cancel.is_set():
+                    self._freed.wait(CANCEL_POLL_SECONDS)
+            self._free -= 1
+
+    def give(self, n: int) -> None:
+        with self._freed:
+            self._free += n
+            self._freed.notify()
+
+    def open(self) -> None:
+        with self._freed:
+            self._open = True
+            self._freed.notify_all()
 
 
 class ThreadFeed(Generic[T]):
     """The producing end of a `Pump` for one thread. `put` and `close` may be called from any
-    thread but the event loop's own (a bounded pump's `put` blocks until there is room)."""
+    thread but the event loop's own (a bounded pump's `put` waits for room unless the feed was
+    made with `block=False`)."""
 
-    def __init__(self, pump: Pump[T], loop: asyncio.AbstractEventLoop, cancel: threading.Event) -> None:
+    def __init__(
+        self, pump: Pump[T], loop: asyncio.AbstractEventLoop, cancel: threading.Event, block: bool = True
+    ) -> None:
         self._pump = pump
         self._loop = loop
         self.cancel = cancel
+        self._block = block
         self._ended = False
 
+    @property
+    def full(self) -> bool:
+        """The reader is behind by the pump's whole bound: a non-blocking producer holds back."""
+        room = self._pump._room
+        return room is not None and room.full
+
     def put(self, item: T) -> None:
-        """Queue one item. Does nothing once the reader has gone."""
+        """Queue one item (waiting for room on a bounded pump). Does nothing once the reader has
+        gone."""
+        room = self._pump._room
+        if room is not None:
+            room.take(self.cancel, self._block)
         self._send(item)
 
     def close(self, error: BaseException | None = None) -> None:
@@ -199,10 +291,5 @@ class ThreadFeed(Generic[T]):
         pump = self._pump
         if pump._closed:
             return
-        try:
-            if pump._queue.maxsize > 0:
-                asyncio.run_coroutine_threadsafe(pump._queue.put(item), self._loop).result()
-            else:
-                self._loop.call_soon_threadsafe(pump._queue.put_nowait, item)
-        except RuntimeError:  # the loop has closed: nobody is left to read
-            pass
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is left to read
+            self._loop.call_soon_threadsafe(pump._queue.put_nowait, item)

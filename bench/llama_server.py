@@ -4,9 +4,9 @@ vendors, so the peer runs exactly the kernels Raygate's engines run.
     python -m bench.llama_server        # build (once; minutes) and print the binary's path
 
 The sdist comes from the package index (`pip download --no-binary`, which uses pip's cache), and
-the build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs find the binary
-and start at once. CPU flags are the Makefile's portable ones (`CMAKE_ARGS`, exported by `make`),
-with the server turned on; only the `llama-server` target is built.
+the build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs
+find the binary and start at once. CPU flags are the Makefile's portable ones (`CMAKE_ARGS`,
+exported by `make`), with the server turned on; only the `llama-server` target is built.
 """
 
 from __future__ import annotations

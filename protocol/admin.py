@@ -77,3 +77,26 @@ class UndeployResult(ResponseModel):
     name: str
     drained: bool = Field(description="Every in-flight request finished before the replicas stopped.")
     seconds: float = Field(description="How long draining took.")
+
+
+class ModelMetricsSeries(ResponseModel):
+    """One model's last minutes as the web console charts them: one point per sampling interval,
+    stamped with the interval's end (`t`, Unix seconds). TTFT quantiles are null where no request
+    got its first token in that interval."""
+
+    t: list[float]
+    requests_per_s: list[float]
+    tokens_per_s: list[float]
+    ttft_p50_s: list[float | None]
+    ttft_p95_s: list[float | None]
+    running: list[float]
+    waiting: list[float]
+    replicas_ready: list[float]
+
+
+class MetricsHistory(ResponseModel):
+    """Body of `GET /admin/metrics`: the gateway's own metrics registry, sampled every `interval_s`
+    seconds over the last minutes, per model."""
+
+    interval_s: float
+    models: dict[str, ModelMetricsSeries]

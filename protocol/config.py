@@ -165,8 +165,9 @@ class ModelConfig(StrictModel):
         3,
         ge=0,
         le=1000,
-        description="Dead replicas replaced automatically (since the last deploy, scale or update) "
-        "before the deployment is reported `failed`.",
+        description="Dead replicas replaced automatically within any 600 s (and since the last "
+        "deploy, scale or update); past it a dead replica stays `failed` until the window allows "
+        "the next replacement.",
     )
     limits: ModelLimits = Field(
         default_factory=ModelLimits, description="Admission bounds and timeouts for this model."

@@ -3,6 +3,8 @@ one process (tests do) shares nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,8 +23,20 @@ from server.auth import KeyStore
 from server.errors import install_error_handlers
 from server.lifecycle import Lifecycle
 from server.metrics import GatewayMetrics
+from server.metrics_history import MetricsHistory
 from server.middleware import GatewayMiddleware
-from server.routes import admin, chat, completions, embeddings, messages, models, ops, responses, tokenize
+from server.routes import (
+    admin,
+    chat,
+    completions,
+    embeddings,
+    messages,
+    models,
+    ops,
+    responses,
+    tokenize,
+    ui,
+)
 from server.settings import Settings, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
@@ -37,6 +51,7 @@ def build_app(settings: Settings) -> FastAPI:
     seed = seed_specs(load_config(settings.config_path), settings)
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)
     metrics = GatewayMetrics()
+    history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
@@ -53,6 +68,7 @@ def build_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
         cluster = ControllerClient(controller)
+        sampler: asyncio.Task[None] | None = None
         try:
             info = await cluster.start()
             _log_origin(info, settings)
@@ -66,8 +82,14 @@ def build_app(settings: Settings) -> FastAPI:
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
             log.info("serving %s", ", ".join(cluster.model_ids()) or "no model yet")
+            sampler = asyncio.create_task(history.run(metrics, cluster.routers))
+            log.info("web console at http://%s:%d/ui", settings.host, settings.port)
             yield
         finally:
+            if sampler is not None:  # the console's charts (server/metrics_history.py)
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
             await cluster.shutdown()
             ray_connection.disconnect()
 
@@ -81,10 +103,11 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.unknown_fields = UnknownFieldLog()
     app.state.keys = keys
     app.state.metrics = metrics
+    app.state.metrics_history = history
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses):
+    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses, ui):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -202,6 +202,21 @@ def _add_operations_options(serve: argparse.ArgumentParser) -> None:
         "(env RAYGATE_KEEP_ALIVE_TIMEOUT; default: %(default)s)",
     )
     ops.add_argument(
+        "--stream-stall-timeout",
+        type=float,
+        default=_env_float("RAYGATE_STREAM_STALL_TIMEOUT", 60.0),
+        help="seconds a client may read nothing while its response waits to be written (the "
+        "socket buffer is full); then the connection is dropped and its engine request aborted; "
+        "0 never drops (env RAYGATE_STREAM_STALL_TIMEOUT; default: %(default)s)",
+    )
+    ops.add_argument(
+        "--max-sequences",
+        type=int,
+        default=int(os.environ.get("RAYGATE_MAX_SEQUENCES", "64")),
+        help="most sequences one request may ask for (prompts x n); more get 400 "
+        "(env RAYGATE_MAX_SEQUENCES; default: %(default)s)",
+    )
+    ops.add_argument(
         "--ttft-timeout",
         type=float,
         default=_env_float("RAYGATE_TTFT_TIMEOUT", None),
@@ -267,6 +282,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_header_bytes=args.max_header_bytes,
         header_timeout_s=args.header_timeout,
         keep_alive_timeout_s=args.keep_alive_timeout,
+        stream_stall_timeout_s=args.stream_stall_timeout,
+        max_sequences=args.max_sequences,
         responses_max_age_s=args.responses_max_age,
         responses_max_bytes=args.responses_max_bytes,
     )
@@ -291,7 +308,9 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,  # uvicorn's records go through our handler (request id, JSON)
         access_log=False,  # server/middleware.py writes the access log, with the request id
         timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
-        http=limited_protocol(settings.max_header_bytes, settings.header_timeout_s),
+        http=limited_protocol(
+            settings.max_header_bytes, settings.header_timeout_s, settings.stream_stall_timeout_s
+        ),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )

@@ -14,7 +14,8 @@ uses (the same one "auto" would pick):
   request's body ended, for the next request on a kept-alive connection) is answered `408`, or
   the connection is simply closed when nothing at all was sent.
 
-Between requests uvicorn's own `timeout_keep_alive` closes idle connections.
+Between requests uvicorn's own `timeout_keep_alive` closes idle connections. A client that stops
+reading a response is dropped by the third limit composed here (`server/write_stall.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 from typing import Any
 
 from protocol.errors import OpenAIError
+from server.write_stall import WriteStallLimit
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -119,9 +121,11 @@ class _HeadLimits:
         super().connection_lost(exc)  # type: ignore[misc]
 
 
-def limited_protocol(max_header_bytes: int, header_timeout: float) -> type[asyncio.Protocol]:
+def limited_protocol(
+    max_header_bytes: int, header_timeout: float, stall_timeout: float = 60.0
+) -> type[asyncio.Protocol]:
     """uvicorn's HTTP/1.1 protocol class (httptools if installed, else h11, as "auto" picks) with
-    the head limits above."""
+    the head limits above and the write-stall limit (0 turns that one off)."""
     try:
         import httptools  # noqa: F401
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base  # noqa: N813
@@ -130,6 +134,10 @@ def limited_protocol(max_header_bytes: int, header_timeout: float) -> type[async
 
     return type(
         f"Limited{base.__name__}",
-        (_HeadLimits, base),
-        {"max_header_bytes": max_header_bytes, "header_timeout": header_timeout},
+        (_HeadLimits, WriteStallLimit, base),
+        {
+            "max_header_bytes": max_header_bytes,
+            "header_timeout": header_timeout,
+            "stall_timeout": stall_timeout,
+        },
     )

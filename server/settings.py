@@ -69,6 +69,11 @@ class Settings:
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
+    # A client whose socket accepted nothing for this long is dropped and its engine request
+    # aborted (server/write_stall.py); 0 never drops.
+    stream_stall_timeout_s: float = 60.0
+    # Sequences one generating request may start: prompts x `n` (server/serving/base.py).
+    max_sequences: int = 64
     # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
     responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
     responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES

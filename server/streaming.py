@@ -14,6 +14,11 @@ sends as it is. One write
 per frame cost about twice the time per frame (bench/: gateway-alone rows); joining adds no wait,
 since nothing is ever held back for company. sse-starlette still owns pings, disconnect detection
 and the shutdown drain.
+
+The queue is bounded (`MAX_QUEUED_FRAMES`): a client that reads nothing blocks the socket write,
+then the producer, then the Ray stream and the engine (backpressure, issue #12). Such a client is
+dropped by the HTTP protocol once nothing could be written for `--stream-stall-timeout`
+(`server/write_stall.py`); the disconnect then closes this body like any other.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import NamedTuple
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from backends.streams import Pump
+from backends.streams import Pump, closing
 from protocol.errors import EngineError, OpenAIError
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 PING_SECONDS = 15
 
 _DONE_FRAME = b"data: [DONE]\n\n"
+# Frames that may wait for the socket; what is queued leaves in one write, so this is also the
+# most one write joins.
+MAX_QUEUED_FRAMES = 64
 
 
 class Event(NamedTuple):
@@ -92,7 +100,7 @@ async def _frames(
     """Body chunks: every frame queued by the time the previous write is done, joined.
     sse-starlette cancels this on disconnect or shutdown; closing the pump then cancels the
     producer, whose cancellation closes the payload stream (and the Ray generator)."""
-    async with Pump[bytes]() as pump:
+    async with Pump[bytes](MAX_QUEUED_FRAMES) as pump:
         pump.add(_framed(first, payloads, dialect))
         async for frames in pump.batches():
             yield b"".join(frames)
@@ -106,8 +114,9 @@ async def _framed(
     try:
         if first is not None:
             yield _frame(first)
-        async for payload in payloads:
-            yield _frame(payload)
+        async with closing(payloads):  # closed at a `yield` too (backpressure)
+            async for payload in payloads:
+                yield _frame(payload)
     except OpenAIError as exc:
         yield _frame(dialect.error(exc))
     except Exception as exc:  # after the headers, a status code can no longer be sent

@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL
-from tests.support.admin import chat_spec, settled_ready, wait_deployment
+from tests.support.admin import chat_spec, deployed
 from tests.support.gateway import GatewayProcess
 from tests.test_structured_output import PERSON, PERSON_MAX_TOKENS
 from tests.test_tools import CALL_TOKENS, PARAMS, TOOLS
@@ -40,12 +40,8 @@ WEATHER_ASK: list[Any] = [{"role": "user", "content": "What is the weather like 
 @pytest.fixture(scope="module")
 def batched(gateway: GatewayProcess) -> Iterator[str]:
     spec = chat_spec(BATCHED, engine={"n_ctx": 1024, "n_threads": 1, "n_seq_max": 4})
-    r = httpx.post(f"{gateway.url}/admin/deployments", json=spec, timeout=30)
-    assert r.status_code == 202, r.text
-    wait_deployment(gateway.url, BATCHED, settled_ready(1))
-    yield BATCHED
-    r = httpx.delete(f"{gateway.url}/admin/deployments/{BATCHED}", params={"timeout": 30}, timeout=60)
-    assert r.status_code == 200, r.text
+    with deployed(gateway.url, spec) as name:
+        yield name
 
 
 async def _chat_logprobs(c: openai.AsyncOpenAI, model: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -52,3 +53,27 @@ def test_readme_first_screen_gives_the_two_commands() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_wheel_ships_the_web_console(tmp_path: Path) -> None:
+    """Every file the console serves (server/ui/) is in the wheel: /ui works from an install, offline."""
+    r = subprocess.run(
+        [
+            str(BIN / "pip"),
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(REPO),
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = tmp_path.glob("raygate-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("server/ui/")}
+    expected = {f"server/ui/{p.name}" for p in (REPO / "server" / "ui").iterdir() if p.is_file()}
+    assert "server/ui/index.html" in expected and expected <= shipped

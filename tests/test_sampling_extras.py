@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL
-from tests.support.admin import chat_spec, settled_ready, wait_deployment
+from tests.support.admin import chat_spec, deployed
 from tests.support.gateway import GatewayProcess
 from tests.support.openapi import validate
 from tests.test_parameters import root, token_ids
@@ -283,11 +283,8 @@ def defaults_model(default_gateway: GatewayProcess) -> Iterator[str]:
     """The chat model deployed again with `defaults:` through /admin, as an operator would."""
     url = default_gateway.url
     spec = chat_spec(DEFAULTS_MODEL, defaults={"temperature": 0, "max_tokens": 6, "repetition_penalty": 10.0})
-    r = httpx.post(f"{url}/admin/deployments", json=spec, timeout=30)
-    assert r.status_code in (200, 201, 202), r.text
-    wait_deployment(url, DEFAULTS_MODEL, settled_ready(1), timeout=180)
-    yield DEFAULTS_MODEL
-    httpx.delete(f"{url}/admin/deployments/{DEFAULTS_MODEL}", timeout=60)
+    with deployed(url, spec) as name:
+        yield name
 
 
 def test_model_defaults_apply_under_the_request(default_gateway: GatewayProcess, defaults_model: str) -> None:

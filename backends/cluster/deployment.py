@@ -3,9 +3,16 @@
 A replica goes loading -> ready, and is then watched with a call that never returns
 (`ModelWorker.watch`): Ray fails that call the moment the actor or its node dies, so deaths are
 noticed without polling. A dead replica is replaced while the deployment has restarts left and some
-alive node can host it; otherwise it stays listed as `failed` with the reason. Replicas that are
-removed on purpose (scale down, update, undeploy) are drained first: out of routing, new requests
-turned away to other replicas, running ones finished (bounded by a timeout), then killed.
+alive node can host it; otherwise it stays listed as `failed` with the reason.
+
+The restart budget is a rate, not a lifetime count: at most `max_restarts` replacements within
+`RESTART_WINDOW_SECONDS`. A lifetime count let a few isolated crashes (one poison request each,
+issue #12) leave a model `failed` for good; now a replica refused for the budget is tried again
+once the oldest restart has left the window, so a crash loop is slowed, never made permanent.
+
+Replicas that are removed on purpose (scale down, update, undeploy) are drained first: out of
+routing, new requests turned away to other replicas, running ones finished (bounded by a timeout),
+then killed.
 
 Everything here runs on the controller's event loop, so plain attributes need no locks; code after
 an `await` re-checks what may have changed meanwhile.
@@ -20,6 +27,7 @@ import logging
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +47,10 @@ LOAD_TIMEOUT_SECONDS = 900.0
 PLACEMENT_CHECK_SECONDS = 2.0
 UPDATE_POLL_SECONDS = 0.2
 UPDATE_DRAIN_SECONDS = 60.0
+# `max_restarts` counts replacements within this many seconds (module docstring).
+RESTART_WINDOW_SECONDS = 600.0
+# The restart window's clock (a name of its own, so tests can move it without moving asyncio's).
+restart_clock: Callable[[], float] = time.monotonic
 MAX_REASON_CHARS = 600
 # Lines of Ray's actor-death message that identify the actor rather than say what happened.
 _RAY_ID_LINE = re.compile(r"^\s*(class_name|actor_id|pid|name|namespace|ip):")
@@ -119,7 +131,8 @@ class Deployment:
         self.spec = spec
         self._actors: ReplicaActors = actors or RayActors()
         self.replicas: list[ReplicaRecord] = []
-        self.restarts = 0
+        self.restarts = 0  # replacements within the restart window (module docstring)
+        self._restarted_at: deque[float] = deque()  # their monotonic times, oldest first
         self.error: str | None = None
         self.updating = False
         self._generation = 0
@@ -179,7 +192,7 @@ class Deployment:
     def scale(self, replicas: int, drain_timeout: float) -> None:
         """Change the replica count. Removed replicas drain; the ones that stay are not touched."""
         self.spec = self.spec.model_copy(update={"replicas": replicas})
-        self.restarts = 0
+        self._reset_restarts()
         self._forget_failed()
         live = [r for r in self._current() if r.state in ("loading", "ready")]
         # Remove what serves nobody yet first (loading), then the newest ready replicas.
@@ -299,22 +312,60 @@ class Deployment:
         self._fail(rec, f"died: {describe_failure(exc)}")
         if self._closed or rec.generation != self._generation:
             return  # being removed, or part of an update that will notice the failure
+        await self._replace(rec, rec.error or "died")
+
+    async def _replace(self, rec: ReplicaRecord, death: str) -> None:
+        """Start a replacement for the dead `rec` if the budget and the cluster allow; if only the
+        budget refuses, try again when it allows (`_replace_later`)."""
         limit = self.spec.max_restarts
-        why = None if self.restarts < limit else f"max_restarts={limit} reached"
+        wait = self._restart_wait(limit)
+        why = None if wait is None else f"max_restarts={limit} reached within {RESTART_WINDOW_SECONDS:g}s"
         if why is None:
             why = await self._actors.check_feasible(self.spec)
         if self._closed or rec not in self.replicas:
             return
         if why is not None:
-            rec.error = f"{rec.error}; not replaced: {why}"[:MAX_REASON_CHARS]
+            if wait is not None and wait != float("inf"):
+                why = f"{why}; next try in {wait:.0f}s"
+                self._spawn(self._replace_later(rec, death, wait))
+            rec.error = f"{death}; not replaced: {why}"[:MAX_REASON_CHARS]
             self.error = f"replica {rec.id} {rec.error}"
             self._on_change(False)
             return
-        self.restarts += 1
+        self._restarted_at.append(restart_clock())
+        self.restarts = len(self._restarted_at)
         self.replicas.remove(rec)
-        self.error = f"replica {rec.id} {rec.error}; replaced ({self.restarts}/{limit} restarts used)"
+        self.error = (
+            f"replica {rec.id} {death}; replaced ({self.restarts}/{limit} restarts used "
+            f"within {RESTART_WINDOW_SECONDS:g}s)"
+        )
         log.warning("deployment %s: %s", self.spec.name, self.error)
         self._start_replica(self.spec, self._generation)
+
+    def _restart_wait(self, limit: int) -> float | None:
+        """None if a restart is within the budget now; else seconds until one is (inf: never,
+        `max_restarts: 0`). Forgets restarts older than the window."""
+        now = restart_clock()
+        while self._restarted_at and now - self._restarted_at[0] >= RESTART_WINDOW_SECONDS:
+            self._restarted_at.popleft()
+        self.restarts = len(self._restarted_at)
+        if self.restarts < limit:
+            return None
+        if not self._restarted_at:
+            return float("inf")
+        return max(0.0, self._restarted_at[-limit] + RESTART_WINDOW_SECONDS - now)
+
+    async def _replace_later(self, rec: ReplicaRecord, death: str, wait: float) -> None:
+        await asyncio.sleep(wait)
+        if self._closed or rec not in self.replicas or rec.state != "failed" or rec.stopping:
+            return
+        if rec.generation != self._generation:
+            return
+        await self._replace(rec, death)
+
+    def _reset_restarts(self) -> None:
+        self.restarts = 0
+        self._restarted_at.clear()
 
     def _stop_soon(self, rec: ReplicaRecord, timeout: float) -> None:
         """Take `rec` out of routing now (so the status returned to the caller already says
@@ -367,6 +418,7 @@ class Deployment:
         for rec in old:
             self._begin_stop(rec)
         self.spec, self._generation = spec, generation
-        self.restarts, self.error, self.updating = 0, None, False
+        self.error, self.updating = None, False
+        self._reset_restarts()
         self._on_change(True)
         await asyncio.gather(*(self._stop(r, UPDATE_DRAIN_SECONDS) for r in old))

@@ -3,7 +3,12 @@
 A call to an actor fails in two ways Ray tells apart: the remote code raised (`RayTaskError`, whose
 `cause` is what it raised), or the actor died under the call (`RayActorError`). Clients must see
 neither: a typed error the remote raised reaches them as itself (a 400 stays a 400), a vanished
-replica as a 503 to retry, anything else as a 500 naming the model. Like httpx's
+replica as a 503 to retry, anything else as a 500 naming the model.
+
+A replica that died under a call is *not* a retry row (issue #12): the request may be what killed
+it (a grammar that crashed llama.cpp), and sending it on crashed every replica of the model in
+turn. It fails once, saying so; a draining replica, which refused before running anything, is
+still retried. Like httpx's
 `HTTPCORE_EXC_MAP`, each caller states this as an ordered table instead of an `isinstance` ladder;
 the router's retry rule (only when nothing was sent yet) reads the same rows.
 
@@ -25,6 +30,22 @@ from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
 
 class ReplicaDrainingError(RuntimeError):
     """The replica is being stopped and takes no new requests; the caller should pick another."""
+
+
+class ReplicaDiedError(ServiceUnavailableError):
+    """The replica process died while it held this request. Not retried elsewhere: the request
+    may be what killed it (module docstring). A 503 (`service_unavailable`, as before, so clients
+    that handle a lost replica keep working) with its own code."""
+
+    default_code = "replica_died"
+
+    @classmethod
+    def serving(cls, model: str) -> ReplicaDiedError:
+        return cls(
+            f"The replica of `{model}` serving this request died while handling it. The request was "
+            "not sent to another replica, in case it is what made the replica fail; the model "
+            "replaces the replica. Retry if the failure was not caused by this request."
+        )
 
 
 # Where a row looks: at what the remote code raised, or at the error Ray itself raised.
@@ -113,14 +134,7 @@ REPLICA_ERRORS = ErrorTable(
         retry=True,
     ),
     Row("remote", BaseException, _model_failed),
-    Row(
-        "ray",
-        RayActorError,
-        lambda model, _: ServiceUnavailableError(
-            f"The replica serving `{model}` stopped while handling the request; please retry."
-        ),
-        retry=True,
-    ),
+    Row("ray", RayActorError, lambda model, _: ReplicaDiedError.serving(model)),
     Row("ray", OpenAIError, _itself),  # not a Ray error at all: already typed
     Row("ray", BaseException, _model_failed),
 )

@@ -5,6 +5,10 @@ delta per yield caps near 1k items/s, 16 per yield near 10k), so the worker coal
 delta goes out at once, later ones are batched with whatever else arrived while the previous
 batch was being handed to Ray. No timer is involved, so coalescing never adds latency.
 
+Backpressure: the engine's deltas wait in a bounded pump (`MAX_QUEUED_DELTAS`), and the router
+opens the stream with Ray's generator backpressure, so a gateway that stops pulling (its client
+reads nothing) stops this worker's yields, then the pump's producer, then the engine.
+
 The worker also counts its own in-flight requests (from every gateway), so the controller can drain
 it before stopping it: `drain()` turns new requests away with `ReplicaDrainingError`, which the
 router retries on another replica, and waits for the running ones to finish.
@@ -35,6 +39,8 @@ from protocol.generation import (
 )
 
 MAX_DELTAS_PER_YIELD = 64
+# Deltas the engine may run ahead of Ray's yields; one full batch, so coalescing is unchanged.
+MAX_QUEUED_DELTAS = MAX_DELTAS_PER_YIELD
 DRAIN_POLL_SECONDS = 0.05
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
@@ -101,7 +107,7 @@ class ModelWorker:
     async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         """The engine's deltas, coalesced: the first at once, then whatever queued meanwhile.
         Cancellation (client gone -> ray.cancel) closes the pump, which closes the engine stream."""
-        async with Pump[Delta]() as pump:
+        async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
             pump.add(engine.generate(request))
             async for batch in pump.batches(MAX_DELTAS_PER_YIELD):
                 yield batch

@@ -6,8 +6,17 @@ Ray generator task, which closes the engine's stream inside the replica.
 
 The replica list is replaced whenever the controller's routing table changes (`update`); requests
 already running keep their `Replica` object, so scaling never disturbs them. A request that fails
-before its first token because its replica is draining or has just died is retried on another
-replica: nothing reached the client yet, so the retry is invisible to it.
+before its first token because its replica is draining (it refused the request, nothing ran) is
+retried on another replica: nothing reached the client yet, so the retry is invisible to it.
+
+A replica that dies while holding a request is different (issue #12): the request may be what
+killed it, and retrying it crashed every replica of the model in turn. That request fails once
+(`ReplicaDiedError`), and the router sends nothing more to the dead replica until the
+controller's next table drops it (`Replica.dead`).
+
+Streams are opened with Ray's generator backpressure (`UNREAD_BATCHES`): the replica pauses once
+that many of its batches wait here unread, so a client that reads nothing holds the engine back
+instead of filling this process's memory with the whole answer.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.cluster.errors import REPLICA_ERRORS
+from backends.cluster.errors import REPLICA_ERRORS, Mapped
 from backends.cluster.route_table import DeploymentRoute
 from protocol.admin import DeploymentState
 from protocol.config import ModelConfig
@@ -34,6 +43,10 @@ from protocol.generation import (
     TokenizeResult,
 )
 
+# Batches (of up to `replica.MAX_DELTAS_PER_YIELD` deltas) a replica may yield ahead of this
+# gateway's reading. A reading client never gets near it: the router awaits each batch at once.
+UNREAD_BATCHES = 8
+
 
 @dataclass
 class Replica:
@@ -45,6 +58,7 @@ class Replica:
     node_id: str = ""
     context_length: int = 0
     inflight: int = field(default=0)
+    dead: bool = False  # a call saw the actor die: no new requests until the table drops it
 
 
 class ModelRouter:
@@ -71,7 +85,7 @@ class ModelRouter:
         self.restarts = route.restarts
 
     def _pick(self, tried: set[str]) -> Replica:
-        replicas = [r for r in self.replicas if r.id not in tried]
+        replicas = [r for r in self.replicas if r.id not in tried and not r.dead]
         if not replicas:
             raise ServiceUnavailableError(f"Model `{self.config.name}` has no ready replica; please retry.")
         low = min(r.inflight for r in replicas)
@@ -83,7 +97,9 @@ class ModelRouter:
         while True:
             replica = self._pick(tried)
             replica.inflight += 1
-            stream = replica.actor.generate.options(num_returns="streaming").remote(request)
+            stream = replica.actor.generate.options(
+                num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
+            ).remote(request)
             started = finished = False
             try:
                 async for ref in stream:
@@ -100,8 +116,7 @@ class ModelRouter:
                 return
             except (RayTaskError, RayActorError) as exc:
                 finished = True
-                mapped = REPLICA_ERRORS.map(exc, self.config.name)
-                assert mapped is not None  # the table's last rows match anything
+                mapped = self._mapped(exc, replica)
                 if started or not mapped.retry:
                     raise mapped.error from None
                 tried.add(replica.id)
@@ -109,6 +124,15 @@ class ModelRouter:
                 replica.inflight -= 1
                 if not finished:
                     ray.cancel(stream)
+
+    def _mapped(self, exc: RayTaskError | RayActorError, replica: Replica) -> Mapped:
+        """The typed error for a failed call; a death of the actor itself (not an error its code
+        raised, which Ray makes an instance of the cause's type too) marks the replica dead."""
+        if not isinstance(exc, RayTaskError):
+            replica.dead = True
+        mapped = REPLICA_ERRORS.map(exc, self.config.name)
+        assert mapped is not None  # the table's last rows match anything
+        return mapped
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         tried: set[str] = set()
@@ -119,8 +143,7 @@ class ModelRouter:
                 result: EmbedResult = await replica.actor.embed.remote(request)
                 return result
             except (RayTaskError, RayActorError) as exc:
-                mapped = REPLICA_ERRORS.map(exc, self.config.name)
-                assert mapped is not None  # the table's last rows match anything
+                mapped = self._mapped(exc, replica)
                 if not mapped.retry:
                     raise mapped.error from None
                 tried.add(replica.id)

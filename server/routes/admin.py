@@ -11,8 +11,10 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from backends.cluster.controller_client import ControllerClient
 from protocol.admin import DeploymentList, DeploymentStatus, ScaleRequest, UndeployResult
+from protocol.admin import MetricsHistory as MetricsHistoryBody
 from protocol.config import ModelConfig
 from server.admin_auth import require_admin_key
+from server.metrics_history import MetricsHistory
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin_key)])
 
@@ -59,3 +61,11 @@ async def undeploy(
 ) -> UndeployResult:
     result: UndeployResult = await _cluster(request).admin("undeploy", name, timeout)
     return result
+
+
+@router.get("/metrics")
+async def metrics_history(request: Request) -> MetricsHistoryBody:
+    """The last minutes of the gateway's metrics per model, for the web console's charts
+    (server/metrics_history.py); Prometheus' `/metrics` has the same facts as counters."""
+    history: MetricsHistory = request.app.state.metrics_history
+    return history.series()

@@ -14,7 +14,8 @@ engine request ids, metrics: server/guard.py).
 
 1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full),
    and fill in the model's `defaults:` where the body leaves a sampling field unset;
-2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt);
+2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt),
+   at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400);
 3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
 4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
    chunk is still an HTTP error, later ones travel in-band; a disconnect cancels the stream, which
@@ -37,6 +38,7 @@ from typing import ClassVar, Generic, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
+from backends.streams import closing
 from protocol.base import RequestModel, ResponseModel
 from protocol.common import Usage
 from protocol.config import Task
@@ -46,6 +48,7 @@ from server.guard import ModelHandle
 from server.ids import new_id
 from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
 from server.serving.resolve import resolve_model
+from server.serving.sequence_cap import check_sequence_count
 from server.serving.tally import Tally
 from server.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
 
@@ -97,6 +100,8 @@ class GenerationServing(Serving[BodyT]):
     task: ClassVar[Task | None] = "generate"
     # The id's prefix: "chatcmpl" gives `chatcmpl-<hex>`.
     id_prefix: ClassVar[str]
+    # The field that holds several prompts, named by the sequence cap's 400 (one prompt: `n`).
+    prompts_param: ClassVar[str] = "n"
     # How the stream reports a late failure and ends (OpenAI's `data: [DONE]`, or Anthropic's).
     sse_dialect: ClassVar[SseDialect] = OPENAI_SSE
 
@@ -125,6 +130,11 @@ class GenerationServing(Serving[BodyT]):
         """The engine requests, in choice order (prompt-major: prompt p's sample i is choice
         `p * samples_per_prompt + i`). Called after the model is resolved, so a refusal of the
         body (an `OpenAIError`) comes after "no such model", as OpenAI orders them."""
+
+    def prompt_count(self) -> int:
+        """How many prompts the body holds (each gets `samples_per_prompt` sequences); an endpoint
+        that takes several prompts says so here, so the cap is checked before `sequences`."""
+        return 1
 
     def opening_chunk(self, index: int) -> str | None:
         """A chunk sent before choice `index`'s first delta (chat announces the role); None: none."""
@@ -156,8 +166,12 @@ class GenerationServing(Serving[BodyT]):
         model = self.resolve()
         if self.user:
             log.debug("%s for user %r", self.id, self.user)
+        limit = self.request.app.state.settings.max_sequences
+        check_sequence_count(self.prompt_count(), self.samples_per_prompt, limit, self.prompts_param)
         self.body = model.config.defaults.under(self.body)
         requests = self.sequences()
+        if len(requests) > limit:  # an endpoint whose `prompt_count` undercounts
+            check_sequence_count(len(requests), 1, limit, self.prompts_param)
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
@@ -169,15 +183,16 @@ class GenerationServing(Serving[BodyT]):
     async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
         """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
-        async for index, delta in deltas:
-            first = index not in tally.texts
-            if first:
-                opening = self.opening_chunk(index)
-                if opening is not None:
-                    yield opening
-            tally.add(index, delta)
-            chunk = self.delta_chunk(index, delta, first)
-            if chunk is not None:
-                yield chunk
+        async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
+            async for index, delta in deltas:
+                first = index not in tally.texts
+                if first:
+                    opening = self.opening_chunk(index)
+                    if opening is not None:
+                        yield opening
+                tally.add(index, delta)
+                chunk = self.delta_chunk(index, delta, first)
+                if chunk is not None:
+                    yield chunk
         if self.include_usage:
             yield self.usage_chunk(self.usage(tally))

@@ -21,6 +21,7 @@ class CompletionServing(GenerationServing[CompletionRequest]):
 
     endpoint: ClassVar[str] = "completions"
     id_prefix: ClassVar[str] = "cmpl"
+    prompts_param: ClassVar[str] = "prompt"
 
     def __init__(self, body: CompletionRequest, request: Request) -> None:
         super().__init__(
@@ -36,6 +37,9 @@ class CompletionServing(GenerationServing[CompletionRequest]):
         self._offsets: dict[int, int] = {}
         self._marker = text_marker()
         self._templates: dict[int, TextTemplate] = {}
+
+    def prompt_count(self) -> int:
+        return len(self.body.prompts())
 
     def sequences(self) -> list[GenerateRequest]:
         body = self.body

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from fastapi import Request
 from fastapi.responses import Response
 
+from backends.streams import closing
 from protocol.common import Usage
 from protocol.config import Task
 from protocol.generation import Delta, GenerateRequest, TokenizeRequest
@@ -105,12 +106,13 @@ class MessagesServing(GenerationServing[MessagesRequest]):
         message_stop. The first event waits for the first delta, so a failure before it is
         still an HTTP error with its own status (server/streaming.py)."""
         tally, blocks = Tally(), BlockStream()
-        async for index, delta in deltas:
-            if not tally.texts:
-                yield self._start(delta)
-            tally.add(index, delta)
-            for item in blocks.push(delta):
-                yield item
+        async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
+            async for index, delta in deltas:
+                if not tally.texts:
+                    yield self._start(delta)
+                tally.add(index, delta)
+                for item in blocks.push(delta):
+                    yield item
         for item in blocks.close():
             yield item
         reason = stop_reason(tally.finish.get(0), tally.stop_sequences.get(0))

@@ -20,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from backends.cluster.response_store import ResponseStoreClient
+from backends.streams import closing
 from protocol.common import Usage
 from protocol.errors import EngineError, OpenAIError
 from protocol.generation import Delta, GenerateRequest, ToolCallDelta
@@ -60,8 +61,9 @@ RESPONSES_SSE = SseDialect(
 
 
 async def _named(events: AsyncIterator[ResponseEvent]) -> AsyncIterator[Event]:
-    async for event in events:
-        yield Event(event.type, event.to_json())
+    async with closing(events):  # closed at a `yield` too (backpressure)
+        async for event in events:
+            yield Event(event.type, event.to_json())
 
 
 class ResponsesServing(GenerationServing[CreateResponseRequest]):
@@ -188,6 +190,11 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
         """The event sequence. Nothing is sent before the first delta, so a refusal before the first
         token (context too long, no replica) is still an HTTP error; later failures end the stream
         with `error` and `response.failed`."""
+        async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
+            async for event in self._events(deltas):
+                yield event
+
+    async def _events(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[ResponseEvent]:
         builder = OutputBuilder()
         tally = Tally()
         first = await anext(deltas, None)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -58,6 +59,21 @@ def wait_deployment(
                 return status
         time.sleep(0.2)
     raise AssertionError(f"{name} did not reach the expected state in {timeout}s: {status}")
+
+
+@contextmanager
+def deployed(url: str, spec: dict[str, Any], timeout: float = 180) -> Iterator[str]:
+    """A deployment added through /admin for the block, ready, then removed with a drain (a
+    module fixture's body: `with deployed(url, spec) as name: yield name`)."""
+    name = spec["name"]
+    r = httpx.post(f"{url}/admin/deployments", json=spec, timeout=30)
+    assert r.status_code == 202, r.text
+    try:
+        wait_deployment(url, name, settled_ready(1), timeout=timeout)
+        yield name
+    finally:
+        r = httpx.delete(f"{url}/admin/deployments/{name}", params={"timeout": 30}, timeout=60)
+        assert r.status_code == 200, r.text
 
 
 def settled_ready(n: int) -> Callable[[dict[str, Any]], bool]:

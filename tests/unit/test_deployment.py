@@ -234,9 +234,79 @@ async def test_replacement_message_counts_restarts(make: Any) -> None:
     await settle(lambda: len(actors.started) == 2)
     assert dep.error is not None
     assert dep.error.startswith("replica m#1 died: ")
-    assert dep.error.endswith("replaced (1/3 restarts used)")
+    # the budget is a rate now (issue #12): the message says over which window it counts
+    assert dep.error.endswith("replaced (1/3 restarts used within 600s)")
     assert states(dep) == ["loading"]
     assert dep.state == "loading"
+
+
+class Clock:
+    """`time.monotonic` as the deployment module sees it, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_restart_budget_is_a_rate_isolated_crashes_never_use_it_up(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #12: a lifetime count left a model `failed` for good after a few isolated crashes
+    (one poison request each). Restarts older than the window no longer count."""
+    clock = Clock()
+    monkeypatch.setattr(deployment_module, "restart_clock", clock)
+    dep, actors, _ = make(max_restarts=1)
+    dep.reconcile()
+    for i in range(4):  # four crashes, each more than a window after the previous restart
+        actors.started[i].ready()
+        await settle(lambda: dep.state == "ready")
+        clock.now += deployment_module.RESTART_WINDOW_SECONDS + 1
+        actors.started[i].die()
+        await settle(lambda i=i: len(actors.started) == i + 2)
+        assert dep.restarts == 1  # only the one just made is within the window
+    assert dep.state == "loading"
+    assert "1/1 restarts used within 600s" in (dep.error or "")
+
+
+async def test_a_replica_refused_for_the_budget_is_replaced_once_the_window_allows(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(deployment_module, "restart_clock", clock)
+    monkeypatch.setattr(deployment_module, "RESTART_WINDOW_SECONDS", 0.3)
+    dep, actors, _ = make(max_restarts=1)
+    dep.reconcile()
+    actors.started[0].ready()
+    await settle(lambda: dep.state == "ready")
+    actors.started[0].die()
+    await settle(lambda: len(actors.started) == 2)  # the one restart the window allows
+    actors.started[1].ready()
+    await settle(lambda: dep.state == "ready")
+    clock.now += 0.1
+    actors.started[1].die()  # a second crash inside the window: refused for now
+    await settle(lambda: "not replaced" in (dep.error or ""))
+    assert dep.state == "failed"
+    assert "max_restarts=1 reached within 0.3s; next try in 0s" in (dep.error or "")
+    assert len(actors.started) == 2
+    clock.now += 0.3  # the first restart leaves the window: the waiting replacement goes ahead
+    await settle(lambda: len(actors.started) == 3)
+    assert [r.id for r in dep.replicas] == ["m#3"]
+    actors.started[2].ready()
+    await settle(lambda: dep.state == "ready")
+
+
+async def test_max_restarts_zero_never_replaces_and_never_schedules_a_retry(make: Any) -> None:
+    dep, actors, _ = make(max_restarts=0)
+    dep.reconcile()
+    actors.started[0].ready()
+    await settle(lambda: dep.state == "ready")
+    actors.started[0].die()
+    await settle(lambda: "not replaced" in (dep.error or ""))
+    assert "max_restarts=0 reached" in (dep.error or "")
+    assert "next try" not in (dep.error or "")
+    assert len(actors.started) == 1
 
 
 async def test_dead_replica_is_not_replaced_when_nothing_can_host_it(make: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.cluster.errors import CONTROLLER_ERRORS, REPLICA_ERRORS, ReplicaDrainingError
+from backends.cluster.errors import CONTROLLER_ERRORS, REPLICA_ERRORS, ReplicaDiedError, ReplicaDrainingError
 from protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
@@ -42,11 +42,14 @@ def test_a_replica_that_refused_or_lost_its_actor_is_a_retryable_503(cause: Base
     assert REPLICA_ERRORS.retryable(task_error(cause))
 
 
-def test_a_replica_that_died_under_the_call_is_a_retryable_503() -> None:
+def test_a_replica_that_died_under_the_call_is_a_503_that_is_not_retried() -> None:
+    """Changed in issue #12: it was a retryable 503, and a poison request crashed every replica."""
     mapped = REPLICA_ERRORS.map(RayActorError(), "chat")
-    assert mapped is not None and mapped.retry
-    assert type(mapped.error) is ServiceUnavailableError
-    assert "stopped while handling the request" in mapped.error.message
+    assert mapped is not None and not mapped.retry
+    assert type(mapped.error) is ReplicaDiedError
+    assert (mapped.error.status_code, mapped.error.code) == (503, "replica_died")
+    assert "died while handling it" in mapped.error.message
+    assert "not sent to another replica" in mapped.error.message
 
 
 def test_anything_else_the_replica_raised_is_an_engine_error_naming_the_model() -> None:

@@ -1,5 +1,7 @@
-"""backends/cluster/router.py: least-loaded choice with a rotating tiebreak, and the retry on
-another replica when one is draining or dead before the first token. The replicas are fakes
+"""backends/cluster/router.py: least-loaded choice with a rotating tiebreak, the retry on another
+replica when one is draining before the first token, and no retry when one dies holding the
+request (issue #12: a poison request must not crash every replica), and backpressure on the Ray
+stream. The replicas are fakes
 shaped like Ray actor handles (`.generate.options(...).remote(...)` gives an async iterable of
 awaitables); Ray itself is never started."""
 
@@ -12,9 +14,10 @@ from typing import Any
 import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.cluster.errors import ReplicaDiedError
 from backends.cluster.replica import ReplicaDrainingError
 from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
-from backends.cluster.router import ModelRouter, Replica
+from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
 from protocol.config import ModelConfig
 from protocol.errors import EngineError, ServiceUnavailableError
 from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest, SamplingParams
@@ -184,7 +187,9 @@ async def test_generate_streams_every_delta_and_asks_for_a_streaming_call() -> N
     out = await collect(r.generate(REQUEST))
     assert [d.text for d in out] == ["he", "l", "lo"]
     assert out[-1].finish_reason == "stop"
-    assert a.generate.options_seen == [{"num_returns": "streaming"}]
+    assert a.generate.options_seen == [
+        {"num_returns": "streaming", "_generator_backpressure_num_objects": UNREAD_BATCHES}
+    ]
     assert r.replicas[0].inflight == 0
 
 
@@ -207,8 +212,8 @@ async def test_inflight_counts_while_streaming() -> None:
 
 @pytest.mark.parametrize(
     "error",
-    [task_error(ReplicaDrainingError("draining")), task_error(died()), died()],
-    ids=["draining", "died-inside-task", "actor-died"],
+    [task_error(ReplicaDrainingError("draining")), task_error(died())],
+    ids=["draining", "died-inside-task"],
 )
 async def test_generate_retries_on_another_replica_before_the_first_token(error: BaseException) -> None:
     bad = FakeActor("bad", fail_at=0, error=error)
@@ -222,6 +227,55 @@ async def test_generate_retries_on_another_replica_before_the_first_token(error:
     assert [x.inflight for x in r.replicas] == [0, 1]
 
 
+async def test_a_replica_that_dies_holding_the_request_fails_it_once_without_retrying() -> None:
+    """Changed in issue #12 (the `actor-died` case above used to be retried): a request whose
+    replica died before its first token may be what killed it, so it fails once."""
+    bad = FakeActor("bad", fail_at=0, error=died())
+    good = FakeActor("good", [deltas("ok")])
+    r = router(bad, good)
+    r.replicas[1].inflight = 1  # the dying one is the least loaded: it is tried first
+    with pytest.raises(ReplicaDiedError, match="died while handling it") as caught:
+        await collect(r.generate(REQUEST))
+    assert (caught.value.status_code, caught.value.code) == (503, "replica_died")
+    assert len(bad.streams) == 1
+    assert good.streams == []  # the other replica never saw the request
+    assert [x.inflight for x in r.replicas] == [0, 1]
+    # and the dead replica gets nothing more until the controller's table drops it
+    assert r.replicas[0].dead
+    out = await collect(r.generate(REQUEST))
+    assert [d.text for d in out] == ["ok"]
+    assert (len(bad.streams), len(good.streams)) == (1, 1)
+
+
+async def test_a_dead_replica_stays_out_of_routing_across_table_updates() -> None:
+    a, b = FakeActor("a"), FakeActor("b")
+    r = router(a, b)
+    r.replicas[0].dead = True
+    r.update(
+        DeploymentRoute(
+            spec=CONFIG,
+            state="ready",
+            error=None,
+            replicas=[ReplicaRoute("a", a, "n", 1), ReplicaRoute("b", b, "n", 1)],
+            restarts=0,
+        )
+    )
+    assert {r._pick(set()).id for _ in range(4)} == {"b"}
+    r.replicas[1].dead = True
+    with pytest.raises(ServiceUnavailableError, match="no ready replica"):
+        r._pick(set())
+
+
+async def test_embed_on_a_replica_that_dies_is_not_retried() -> None:
+    bad = FakeActor("bad", error=died())
+    good = FakeActor("good")
+    r = router(bad, good)
+    r.replicas[1].inflight = 1
+    with pytest.raises(ReplicaDiedError):
+        await r.embed(EmbedRequest(request_id="e", inputs=["x"]))
+    assert (bad.embeds, good.embeds) == (1, 0)
+
+
 async def test_generate_gives_503_when_every_replica_refuses() -> None:
     error = task_error(ReplicaDrainingError("draining"))
     a, b = FakeActor("a", fail_at=0, error=error), FakeActor("b", fail_at=0, error=error)
@@ -233,7 +287,7 @@ async def test_generate_gives_503_when_every_replica_refuses() -> None:
 
 
 async def test_no_retry_once_a_token_went_out() -> None:
-    a = FakeActor("a", [deltas("partial", finish=False)], fail_at=1, error=died())
+    a = FakeActor("a", [deltas("partial", finish=False)], fail_at=1, error=task_error(died()))
     b = FakeActor("b", [deltas("other")])
     r = router(a, b)
     r.replicas[1].inflight = 1

@@ -288,3 +288,45 @@ def test_tally_counts_each_prompt_once(n: int, expected: tuple[int, int]) -> Non
     for index in range(3):
         tally.add(index, Delta("t", completion_tokens=2, prompt_tokens=5))
     assert tally.usage_counts(n) == expected
+
+
+# ---- the sequence cap (issue #12: fan-out amplification) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": ["p"] * 5, "n": 2}, "prompt"),
+        ("/v1/completions", {"prompt": "p", "n": 9}, "n"),
+        ("/v1/completions", {"prompt": [[1, 2]] * 3, "n": 3}, "prompt"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 9}, "n"),
+        ("/shout", {"prompt": "x", "n": 9}, "n"),  # a new endpoint gets it from the base
+    ],
+    ids=["prompts-x-n", "n-alone", "token-prompts", "chat", "new-endpoint"],
+)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_more_sequences_than_the_cap_is_400_naming_the_field(
+    path: str, body: dict[str, Any], param: str, stream: bool
+) -> None:
+    router = FakeRouter()
+    async with client(build_app(router, Settings(max_sequences=8))) as http:
+        r = await http.post(path, json={"model": MODEL, "stream": stream, **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param
+    assert "at most 8" in error["message"]
+    assert router.requests == []  # refused before any engine request started
+
+
+async def test_exactly_the_cap_is_served() -> None:
+    router = FakeRouter()
+    async with client(build_app(router, Settings(max_sequences=8))) as http:
+        r = await http.post("/v1/completions", json={"model": MODEL, "prompt": ["p"] * 4, "n": 2})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 8
+
+
+async def test_the_cap_comes_after_an_unknown_model() -> None:
+    async with client(build_app(FakeRouter(), Settings(max_sequences=1))) as http:
+        r = await http.post("/v1/completions", json={"model": "nope", "prompt": "p", "n": 2})
+    assert r.status_code == 404

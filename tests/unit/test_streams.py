@@ -279,3 +279,126 @@ async def test_a_bounded_thread_feed_blocks_and_is_released_by_close() -> None:
         assert await asyncio.to_thread(blocked.wait, 5)
         assert not done.is_set()  # held back: nobody reads
     assert await asyncio.to_thread(done.wait, 5)  # closing released it
+
+
+async def test_a_blocked_thread_sees_its_cancel_event_without_the_pump_closing() -> None:
+    """An engine's `abort()` sets the event while the reader is stalled: the thread stops waiting,
+    and the few items it still sends (the final delta, the end) reach the reader when it resumes."""
+    cancel = threading.Event()
+    blocked = threading.Event()
+    done = threading.Event()
+    async with Pump[int](maxsize=2) as pump:
+        feed = pump.thread_feed(cancel)
+
+        def work() -> None:
+            i = 0
+            while not cancel.is_set():
+                if i == 2:
+                    blocked.set()
+                feed.put(i)
+                i += 1
+            feed.put(-1)  # "aborted": past the bound, since the thread was cancelled
+            feed.close()
+            done.set()
+
+        threading.Thread(target=work).start()
+        assert await asyncio.to_thread(blocked.wait, 5)
+        await asyncio.sleep(0.05)
+        assert not done.is_set()  # held back while nobody reads
+        cancel.set()
+        assert await asyncio.to_thread(done.wait, 5)
+        got = [x async for x in pump]
+    assert got[-1] == -1
+    assert got[:-1] == list(range(len(got) - 1))
+    assert len(got) <= 4  # the bound (2), the put that was waiting, the final item
+
+
+async def test_a_non_blocking_feed_says_full_instead_of_waiting() -> None:
+    async with Pump[int](maxsize=2) as pump:
+        feed = pump.thread_feed(block=False)
+        assert not feed.full
+
+        def work() -> None:
+            for i in range(3):  # never waits, even past the bound
+                feed.put(i)
+
+        await asyncio.to_thread(work)
+        assert feed.full
+        batches = pump.batches()
+        assert await anext(batches) == [0, 1, 2]
+        assert not feed.full  # the reader took them: room again
+        feed.close()
+        assert [b async for b in batches] == []
+
+
+async def test_the_room_is_given_back_item_by_item() -> None:
+    async with Pump[int](maxsize=3) as pump:
+        feed = pump.thread_feed(block=False)
+        await asyncio.to_thread(lambda: [feed.put(i) for i in range(3)])
+        assert feed.full
+        items = aiter(pump)
+        assert await anext(items) == 0
+        assert not feed.full
+        feed.close()
+        assert [x async for x in items] == [1, 2]
+
+
+async def test_a_pump_is_fed_by_tasks_or_by_threads() -> None:
+    async with Pump[int](maxsize=2) as pump:
+        pump.thread_feed().close()
+        with pytest.raises(RuntimeError, match="not both"):
+            pump.add(_items([1]))
+    async with Pump[int]() as pump:
+        pump.add(_items([1]))
+        with pytest.raises(RuntimeError, match="not both"):
+            pump.thread_feed()
+        assert [x async for x in pump] == [1]
+
+
+async def test_a_producer_cancelled_while_waiting_for_room_is_closed_before_aclose_returns() -> None:
+    """The reader stopped (the queue is full), then left: the source sits at a `yield`, where the
+    cancellation never reaches it. Its `finally` (closing a Ray stream, an engine request) must
+    have run when the pump's `aclose()` returns, not whenever it is garbage-collected."""
+    cleaned: list[str] = []
+
+    async def endless() -> AsyncIterator[int]:
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            cleaned.append("closed")
+
+    source = endless()
+    pump = Pump[int](maxsize=2)
+    pump.add(source)
+    items = aiter(pump)
+    assert await anext(items) == 0
+    for _ in range(5):  # let the producer fill the queue and wait for room
+        await asyncio.sleep(0)
+    await pump.aclose()
+    assert cleaned == ["closed"]
+
+
+async def test_closing_a_wrapper_at_its_yield_closes_what_it_wraps() -> None:
+    from backends.streams import closing
+
+    cleaned: list[str] = []
+
+    async def inner() -> AsyncIterator[int]:
+        try:
+            for i in range(10):
+                yield i
+        finally:
+            cleaned.append("inner")
+
+    async def wrapper() -> AsyncIterator[int]:
+        async with closing(inner()) as source:
+            async for x in source:
+                yield x
+
+    outer = wrapper()
+    assert await anext(outer) == 0
+    await outer.aclose()  # at its `yield`: plain `async for` would leave `inner` open
+    assert cleaned == ["inner"]

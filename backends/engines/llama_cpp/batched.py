@@ -25,6 +25,11 @@ parsing, the deltas). Only the decode loop differs, and with it where the logits
 sequence samples from, and scores, its own rows of the shared batch. The scheduler thread feeds
 each request's stream directly (`backends.streams.ThreadFeed`); no thread waits per request.
 
+Backpressure: each stream's pump is bounded, but the scheduler must not wait on one stream (every
+other sequence would stall with it). Its feeds never block; a sequence whose reader is a whole
+bound behind (`feed.full`: the client reads nothing) is left out of the next decodes, keeping its
+slot and its sampled token, until its reader catches up or the stream is closed (cancel).
+
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
 """
@@ -35,6 +40,7 @@ import asyncio
 import itertools
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +66,11 @@ _TOKENIZER_CTX = 64
 # A slot is chosen for its cached prefix only if that prefix is at least this share of what the
 # slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
 SIMILARITY = 0.5
+# Deltas a sequence may run ahead of its stream's reader before it is paused.
+MAX_QUEUED_DELTAS = 64
+# When every running sequence is paused (no reader reads), how long the scheduler sleeps before
+# looking again. Only then: a step with any work never sleeps.
+PAUSED_POLL_SECONDS = 0.01
 
 
 @dataclass(eq=False)
@@ -131,8 +142,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         model = loaded(self._model)
         job = await model.prepare(request, self.context_length)
         with self._running(request.request_id) as run:
-            async with Pump[Delta]() as pump:
-                feed = pump.thread_feed(run.cancel)
+            async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
+                feed = pump.thread_feed(run.cancel, block=False)
                 out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
                 self._incoming.put(_Sequence(job.prompt, job.sampler, out, feed, prompt_top=top))
@@ -159,6 +170,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 continue
             try:
                 outputs, scored = self._fill(batch, running, cached)
+                if not batch.batch.n_tokens:  # every sequence waits for its reader
+                    time.sleep(PAUSED_POLL_SECONDS)
+                    continue
                 self._decode_batch(batch)
             except Exception as exc:
                 for slot, seq in running.items():
@@ -228,6 +242,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             reuse = self._prompt_cache and seq.prompt_top is None
             shared = _common_prefix(cached[slot], seq.prompt) if reuse else 0
+            # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
+            # that was sampled, and the sequence waited for ever.
             keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
@@ -250,7 +266,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]
     ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
-        """One decode's tokens: every running sequence's next token first, then prompt chunks.
+        """One decode's tokens: the next token of every running sequence whose reader keeps up
+        (a paused one keeps its token for later) first, then prompt chunks.
         Returns (slot, batch index) of each token whose logits are sampled, and
         (slot, first batch index, first prompt position, count) of each prompt chunk whose
         tokens are scored (prompt logprobs)."""
@@ -267,7 +284,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             cached[slot].append(token)
 
         for slot, seq in running.items():
-            if seq.next_token is not None:
+            if seq.next_token is not None and not seq.feed.full:
                 outputs.append((slot, b.n_tokens))
                 add(slot, seq.next_token, True)
                 seq.next_token = None

@@ -5,6 +5,9 @@ the context therefore runs on one dedicated thread (a single-worker executor), w
 blocking C calls off the actor's event loop. Tokens travel back to the loop through a
 `backends.streams.Pump` fed from that thread; the request's cancel flag (set by `abort()` or by the
 stream being closed) is checked after every token, so an abort costs at most one more token of work.
+The pump is bounded (`MAX_QUEUED_DELTAS`): when the stream's reader stops (a client that reads
+nothing, through the gateway's and Ray's backpressure), the decode thread waits in `feed.put`
+instead of decoding the whole answer into memory; closing the stream releases it.
 
 The prompt side (model loading, chat template, tokenizer, sampler) is `model.LlamaModel`, shared
 with the batched engine; what each sampled token goes through is `sequence.SequenceOutput`.
@@ -39,6 +42,9 @@ from protocol.generation import (
 )
 
 __all__ = ["DEFAULT_ENGINE_KWARGS", "LlamaCppEngine"]
+
+# Deltas the decode thread may run ahead of the stream's reader before it waits.
+MAX_QUEUED_DELTAS = 64
 
 
 class LlamaCppEngine(LlamaModelEngine):
@@ -80,7 +86,7 @@ class LlamaCppEngine(LlamaModelEngine):
         job = await model.prepare(request, self.context_length)
         loop = asyncio.get_running_loop()
         with self._running(request.request_id) as run:
-            async with Pump[Delta]() as pump:
+            async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
                 feed = pump.thread_feed(run.cancel)
                 future = loop.run_in_executor(self._executor, self._decode, model, request, job, feed)
                 async for delta in pump:

@@ -11,6 +11,9 @@ Engine kwargs (the `engine:` block of a model config):
     default_tokens: int = 128 completion length when the request sets no max_tokens
     text: str = " tok"        the text of every token
     fail_after: int | None    raise an EngineError after this many tokens
+    crash_on: str | None      a request whose prompt or messages contain this text kills the
+                              replica process before its first token (a poison request, like a
+                              grammar that crashes llama.cpp: issue #12)
     context_length: int = 4096
     embedding_dims: int = 8
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,6 +43,7 @@ class SyntheticEngine(Engine):
             "default_tokens",
             "text",
             "fail_after",
+            "crash_on",
             "context_length",
             "embedding_dims",
         }
@@ -52,6 +57,8 @@ class SyntheticEngine(Engine):
         self._text = str(engine_kwargs.get("text", " tok"))
         fail_after = engine_kwargs.get("fail_after")
         self._fail_after = None if fail_after is None else int(fail_after)
+        crash_on = engine_kwargs.get("crash_on")
+        self._crash_on = None if crash_on is None else str(crash_on)
         self._context = int(engine_kwargs.get("context_length", 4096))
         self._dims = int(engine_kwargs.get("embedding_dims", 8))
 
@@ -75,6 +82,12 @@ class SyntheticEngine(Engine):
             return len(request.prompt)
         return len((request.prompt or "").split())
 
+    @staticmethod
+    def _prompt_text(request: GenerateRequest) -> str:
+        if request.messages is not None:
+            return " ".join(m.content for m in request.messages)
+        return request.prompt if isinstance(request.prompt, str) else ""
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         s = request.sampling
         refused = [
@@ -92,6 +105,8 @@ class SyntheticEngine(Engine):
             raise UnsupportedParameterError(
                 f"`{refused[0]}` is not supported by the synthetic backend.", param=refused[0]
             )
+        if self._crash_on is not None and self._crash_on in self._prompt_text(request):
+            os._exit(70)  # the whole process, at once, as a segfault in a C library would
         n_prompt = self._prompt_tokens(request)
         budget = request.sampling.max_tokens or self._default_tokens
         if n_prompt + budget > self._context:

@@ -1,0 +1,128 @@
+// Playground: a streamed chat (TTFT and tokens/s measured in the page) and an embeddings try-out,
+// through /v1 with the API key from the header.
+import { call, sse } from "./api.js";
+import { el, fillSelect, setText, showError, clearError } from "./dom.js";
+
+let history = []; // the conversation so far, as OpenAI messages
+let controller = null; // aborts the stream in flight
+
+export function setup() {
+  document.getElementById("chat-form").addEventListener("submit", send);
+  document.getElementById("chat-stop").addEventListener("click", () => controller && controller.abort());
+  document.getElementById("chat-clear").addEventListener("click", () => {
+    history = [];
+    document.getElementById("transcript").replaceChildren();
+    setText(document.getElementById("chat-stats"), "");
+  });
+  document.getElementById("embed-form").addEventListener("submit", embed);
+}
+
+export async function start() {
+  try {
+    const list = await call("api", "/v1/models");
+    const ids = list.data.map((m) => m.id);
+    fillSelect(document.getElementById("chat-model"), ids);
+    fillSelect(document.getElementById("embed-model"), ids);
+    clearError();
+  } catch (error) {
+    showError(`Cannot list models: ${error.message}`);
+  }
+}
+
+export function stop() {}
+
+function turn(role, text) {
+  const body = el("div", { class: "text", text });
+  const node = el("div", { class: `turn ${role}` }, el("span", { class: "role", text: role }), body);
+  document.getElementById("transcript").append(node);
+  return body;
+}
+
+async function send(event) {
+  event.preventDefault();
+  const form = event.target;
+  const f = new FormData(form);
+  const message = String(f.get("message") || "");
+  const system = String(f.get("system") || "").trim();
+  const messages = [...(system ? [{ role: "system", content: system }] : []), ...history, { role: "user", content: message }];
+  const body = {
+    model: String(f.get("model")),
+    messages,
+    temperature: Number(f.get("temperature")),
+    max_tokens: Number(f.get("max_tokens")),
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  turn("user", message);
+  const answer = turn("assistant", "");
+  answer.classList.add("streaming");
+  const stats = document.getElementById("chat-stats");
+  const sendButton = document.getElementById("chat-send");
+  const stopButton = document.getElementById("chat-stop");
+  sendButton.disabled = true;
+  stopButton.disabled = false;
+  controller = new AbortController();
+  const started = performance.now();
+  let first = null;
+  let text = "";
+  let tokens = null;
+  let chunks = 0;
+  setText(stats, "waiting for the first token…");
+  try {
+    const response = await call("api", "/v1/chat/completions", { method: "POST", body, raw: true, signal: controller.signal });
+    for await (const chunk of sse(response)) {
+      if (chunk.error) throw new Error(chunk.error.message);
+      if (chunk.usage) tokens = chunk.usage.completion_tokens;
+      const piece = chunk.choices && chunk.choices[0] && chunk.choices[0].delta.content;
+      if (!piece) continue;
+      if (first === null) first = performance.now();
+      chunks += 1;
+      text += piece;
+      answer.textContent = text; // text, never markup
+    }
+    history.push({ role: "user", content: message }, { role: "assistant", content: text });
+    form.elements.message.value = "";
+  } catch (error) {
+    if (error.name !== "AbortError") {
+      answer.classList.add("error");
+      answer.textContent = text ? `${text}\n[${error.message}]` : error.message;
+    }
+  } finally {
+    answer.classList.remove("streaming");
+    sendButton.disabled = false;
+    stopButton.disabled = true;
+    controller = null;
+  }
+  const end = performance.now();
+  const ttft = first === null ? null : first - started;
+  const count = tokens ?? chunks;
+  const rate = first !== null && end > first && count > 1 ? ((count - 1) * 1000) / (end - first) : null;
+  setText(
+    stats,
+    `TTFT ${ttft === null ? "–" : `${ttft.toFixed(0)} ms`} · ${count} tokens · ${rate === null ? "–" : `${rate.toFixed(1)} tokens/s`}`,
+  );
+}
+
+async function embed(event) {
+  event.preventDefault();
+  const f = new FormData(event.target);
+  const out = document.getElementById("embed-result");
+  out.classList.remove("error");
+  setText(out, "embedding…");
+  try {
+    const result = await call("api", "/v1/embeddings", {
+      method: "POST",
+      body: { model: String(f.get("model")), input: String(f.get("input")) },
+    });
+    const vector = result.data[0].embedding;
+    const norm = Math.sqrt(vector.reduce((s, v) => s + v * v, 0));
+    setText(
+      out,
+      `${vector.length} dimensions · norm ${norm.toFixed(3)} · ${result.usage.prompt_tokens} tokens\n` +
+        `[${vector.slice(0, 8).map((v) => v.toFixed(4)).join(", ")}${vector.length > 8 ? ", …" : ""}]`,
+    );
+  } catch (error) {
+    out.classList.add("error");
+    setText(out, error.message);
+  }
+}
