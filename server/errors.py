@@ -1,7 +1,7 @@
 """The one table from exceptions to error responses: OpenAI's body, or Anthropic's on the
 Messages API's routes (`/v1/messages…`), chosen by the request's path in one place
-(`error_response`), so every refusal (validation, auth in the middleware, 404, 429, 500) speaks
-the protocol of the route it answers.
+(`error_response`; Xinference's paths add its `detail`), so every refusal (validation, auth in
+the middleware, 404, 429, 500) speaks the protocol of the route it answers.
 
 Validation messages are bounded (a few errors, no echoed input): another server once answered a
 4.5 KB body with a 23.6 MB error.
@@ -37,11 +37,23 @@ def speaks_anthropic(path: str) -> bool:
     return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
 
 
+# Xinference's API shares `/v1/models` with OpenAI's: its client shows the body's `detail`, OpenAI's
+# reads `error`, so errors there carry both.
+XINFERENCE_PATHS = ("/v1/models", "/v1/model_registrations", "/v1/cluster")
+
+
+def speaks_xinference(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in XINFERENCE_PATHS)
+
+
 def error_body(exc: OpenAIError, path: str = "") -> dict[str, Any]:
     """The error's body in the protocol of the route at `path`."""
     if speaks_anthropic(path):
         return ErrorEvent.of(exc).model_dump()
-    return exc.to_body()
+    body = exc.to_body()
+    if speaks_xinference(path):
+        body["detail"] = body["error"]["message"]
+    return body
 
 
 def error_response(exc: OpenAIError, headers: dict[str, str] | None = None, path: str = "") -> JSONResponse:

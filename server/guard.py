@@ -23,9 +23,12 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
+from protocol.sampling_defaults import SamplingDefaults
 from server.admission import Admission, Ticket
 from server.context import RequestContext, request_context
 from server.metrics import GatewayMetrics
@@ -61,6 +64,10 @@ class ModelHandle:
         self._ttft_deadline = None if ttft is None else ctx.started + ttft
         self._total_deadline = None if total is None else ctx.started + total
         self._queued_observed = False
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        """The model's defaults: its `defaults:` over its generation config (ModelRouter)."""
+        return self._router.sampling_defaults()
 
     def _ttft_expired(self) -> OpenAIError:
         return GatewayTimeoutError(
@@ -131,10 +138,24 @@ class ModelHandle:
         result = await self._ctx.bounded(
             self._router.embed(request), self._total_deadline, self._total_expired
         )
-        self._metrics.prompt_tokens.add(self._labels, result.prompt_tokens)
+        self._record_whole(result.prompt_tokens)
+        return result
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        """A cross-encoder's logits: admission, deadline and metrics as for `embed`."""
+        await self._admitted()
+        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
+        result = await self._ctx.bounded(
+            self._router.rank(request), self._total_deadline, self._total_expired
+        )
+        self._record_whole(result.prompt_tokens)
+        return result
+
+    def _record_whole(self, prompt_tokens: int) -> None:
+        """Metrics of a call answered whole (no tokens generated): prompt tokens, success, e2e."""
+        self._metrics.prompt_tokens.add(self._labels, prompt_tokens)
         self._metrics.success.inc({**self._labels, "finished_reason": "stop"})
         self._metrics.e2e.observe(self._labels, asyncio.get_running_loop().time() - self._ctx.started)
-        return result
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         """The model's tokenizer, after the admission wait and within the request deadline.

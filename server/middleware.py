@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from protocol.errors import OpenAIError, PayloadTooLargeError, ServiceUnavailableError
+from server.admin_auth import is_admin_path
 from server.auth import KeyStore
 from server.context import REQUEST_ID, SCOPE_KEY, RequestContext
 from server.errors import error_response
@@ -33,8 +34,10 @@ access_log = logging.getLogger("raygate.access")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PROBES = frozenset({"/health", "/ready", "/metrics"})
-# vLLM-style tokenizer endpoints live outside /v1 but serve models, so they need a key too.
-TOKENIZER_PATHS = frozenset({"/tokenize", "/detokenize"})
+# Xinference's client asks whether to send a key before it has one to send.
+XINFERENCE_AUTH_PROBE = "/v1/cluster/auth"
+# Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
+KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
 
 
 def request_id_from(header: str | None) -> str:
@@ -69,7 +72,12 @@ class GatewayMiddleware:
             return None
         if self.lifecycle.draining:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
-        if self.keys.enabled and (path == "/v1" or path.startswith("/v1/") or path in TOKENIZER_PATHS):
+        if (
+            self.keys.enabled
+            and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS)
+            and path != XINFERENCE_AUTH_PROBE
+            and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
+        ):
             try:
                 ctx.key = self.keys.authenticate(
                     headers.getlist("authorization"), headers.getlist("x-api-key")

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from backends.cluster.registrations import load_registrations
 from backends.cluster.state_file import StateFileError, load_specs, state_file
 from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from protocol.base import describe_errors
@@ -94,6 +95,19 @@ def load_config(path: Path) -> GatewayConfig:
         raise ConfigError(f"invalid config {path}:\n{describe_errors(exc)}") from None
 
 
+def builtin_specs() -> list[ModelConfig]:
+    """The default models (models/default.yaml): what Xinference's API lists as built-in
+    registrations, because Raygate can load them offline. None when the file is not there."""
+    try:
+        config = load_config(DEFAULT_CONFIG)
+    except ConfigError:
+        return []
+    return [
+        m.model_copy(update={"source": m.source and anchor_source(m.source, DEFAULT_CONFIG.parent)})
+        for m in config.models
+    ]
+
+
 def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
     """The config's models as deployment specs, with relative paths made absolute.
 
@@ -124,6 +138,7 @@ def _check_state_dir(state_dir: Path) -> None:
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         load_specs(state_dir)
+        load_registrations(state_dir)
     except StateFileError as exc:
         raise ConfigError(f"{exc}\n(fix or delete it; without it the config seeds a new registry)") from exc
     except OSError as exc:

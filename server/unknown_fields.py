@@ -17,7 +17,7 @@ from protocol.text import printable
 
 log = logging.getLogger(__name__)
 
-MAX_LOGGED = 64  # distinct (endpoint, field) names logged per process
+MAX_LOGGED = 64  # distinct field names logged per process (on the endpoint first seen)
 MAX_NAME_CHARS = 64  # of a name, in the log line
 
 
@@ -37,7 +37,7 @@ class UnknownFieldLog:
         if self.capped or not body.model_extra:
             return
         for name in body.model_extra:
-            key = f"{endpoint}:{name}"
+            key = name  # per name, not per endpoint: a client's field is one warning
             if key in self.seen:
                 continue
             if len(self.seen) >= self.max_logged:

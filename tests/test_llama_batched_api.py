@@ -52,6 +52,7 @@ async def _chat_logprobs(c: openai.AsyncOpenAI, model: str) -> Any:
         temperature=0,
         logprobs=True,
         top_logprobs=3,
+        extra_body={"repetition_penalty": 1.0},  # pure greedy on both: the default model has a penalty
     )
     assert out.choices[0].logprobs is not None and out.choices[0].logprobs.content
     return out.choices[0].logprobs.content

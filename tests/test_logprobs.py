@@ -21,6 +21,7 @@ def test_chat_logprobs_shape_and_values(client: openai.OpenAI, base_url: str) ->
             "messages": ASK,
             "max_tokens": 6,
             "temperature": 0,
+            "repetition_penalty": 1.0,  # pure greedy: the default config ships a penalty
             "logprobs": True,
             "top_logprobs": 3,
         },

@@ -78,6 +78,10 @@ def test_bad_credentials_get_401_and_are_never_served(ops_gateway: GatewayProces
         # Every /v1 path is guarded, known or not; probes are not.
         for path in ("/v1/models", "/v1/models/synth", "/v1/nope", "/v1"):
             assert c.get(path).status_code == 401, path
+        # So are the model endpoints outside /v1 (Jina's and Cohere's v2 rerank paths).
+        rerank = {"model": "synth", "query": "q", "documents": ["d"]}
+        for path in ("/rerank", "/v2/rerank", "/v1/rerank"):
+            _assert_openai_error(c.post(path, json=rerank), 401, "invalid_api_key")
         for path in ("/health", "/ready", "/metrics"):
             assert c.get(path).status_code == 200, path
     assert _served() == before, "a request without a valid key reached an engine"

@@ -64,7 +64,13 @@ def test_penalties_change_a_greedy_text_they_must_change(client: openai.OpenAI) 
 
     def say(prompt: str, **kw: float) -> Any:
         return client.completions.create(
-            model=CHAT_MODEL, prompt=prompt, max_tokens=12, temperature=0, logprobs=5, **kw
+            model=CHAT_MODEL,
+            prompt=prompt,
+            max_tokens=12,
+            temperature=0,
+            logprobs=5,
+            extra_body={"repetition_penalty": 1.0},  # off, whatever the model's `defaults:` say
+            **kw,
         ).choices[0]
 
     for prompt in ("la la la la la la", "1, 2, 1, 2, 1, 2,", "My favourite things are", "Once upon a time"):

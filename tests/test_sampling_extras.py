@@ -278,11 +278,24 @@ def test_a_regex_llama_cpp_cannot_express_is_400(base_url: str, backend: str) ->
 DEFAULTS_MODEL = "smollm2-defaults"
 
 
+# A model folder's recommendations (Hugging Face's file, as vLLM reads it): under `defaults:`.
+GENERATION_CONFIG = {"temperature": 0.7, "top_k": 20, "top_p": 1.0, "max_new_tokens": 99, "eos_token_id": 2}
+
+
 @pytest.fixture(scope="module")
-def defaults_model(default_gateway: GatewayProcess) -> Iterator[str]:
-    """The chat model deployed again with `defaults:` through /admin, as an operator would."""
+def defaults_model(
+    default_gateway: GatewayProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The chat model deployed again with `defaults:` through /admin, as an operator would, over a
+    `generation_config.json` of its own."""
     url = default_gateway.url
-    spec = chat_spec(DEFAULTS_MODEL, defaults={"temperature": 0, "max_tokens": 6, "repetition_penalty": 10.0})
+    folder = tmp_path_factory.mktemp("generation-config")
+    (folder / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    spec = chat_spec(
+        DEFAULTS_MODEL,
+        defaults={"temperature": 0, "max_tokens": 6, "repetition_penalty": 10.0},
+        generation_config=str(folder),
+    )
     with deployed(url, spec) as name:
         yield name
 
@@ -309,7 +322,9 @@ def test_model_defaults_apply_under_the_request(default_gateway: GatewayProcess,
         ids = token_ids(f"{default_gateway.url}/v1", unset[0].text)
         assert ids[0] not in seen
         # What the request sets wins: the penalty off gives the plain model's greedy answer.
-        plain = complete(c, CHAT_MODEL, prompt=prompt, max_tokens=3, temperature=0).text
+        plain = complete(
+            c, CHAT_MODEL, prompt=prompt, max_tokens=3, temperature=0, extra_body={"repetition_penalty": 1.0}
+        ).text
         assert (
             complete(
                 c, defaults_model, prompt=prompt, max_tokens=3, extra_body={"repetition_penalty": 1.0}
@@ -327,13 +342,19 @@ def test_model_card_lists_extensions_and_defaults(
 ) -> None:
     card = httpx.get(f"{default_gateway.url}/v1/models/{defaults_model}", timeout=30).json()
     validate(card, "Model")
-    assert card["sampling_defaults"] == {"temperature": 0, "max_tokens": 6, "repetition_penalty": 10.0}
+    # `defaults:` win over the generation config; its top_k (top_p is Hugging Face's default) shows.
+    assert card["sampling_defaults"] == {
+        "temperature": 0,
+        "max_tokens": 6,
+        "repetition_penalty": 10.0,
+        "top_k": 20,
+    }
     assert {"top_k", "min_p", "ignore_eos", "structured_outputs", "guided_json", "repeat_penalty"} <= set(
         card["sampling_parameters"]
     )
     assert "length_penalty" not in card["sampling_parameters"]
     listed = httpx.get(f"{default_gateway.url}/v1/models", timeout=30).json()["data"]
-    assert all(set(m) == {"id", "object", "created", "owned_by"} for m in listed)
+    assert all(set(m) == {"id", "object", "created", "owned_by", "task"} for m in listed)
 
 
 def test_defaults_are_strict(default_gateway: GatewayProcess) -> None:

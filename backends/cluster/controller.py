@@ -25,12 +25,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from backends.cluster.deployment import Deployment
 from backends.cluster.placement import check_feasible, invalid_options
+from backends.cluster.registrations import Registrations
 from backends.cluster.route_table import RouteTable
 from backends.cluster.state_file import load_specs, save_specs
 from backends.engines.model_files import ModelFileError, resolve_model_file
 from protocol.admin import DeploymentStatus, UndeployResult
 from protocol.config import ModelConfig
 from protocol.errors import BadRequestError, ConflictError, ModelNotFoundError
+from protocol.xinference import LaunchRequest, ModelFamily
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,12 @@ class Controller:
     """The registry actor of the module docstring: owns every `Deployment`, persists their specs, and versions
     the route table that gateways watch."""
 
-    def __init__(self, state_dir: str | None, seed: list[ModelConfig]) -> None:
+    def __init__(
+        self, state_dir: str | None, seed: list[ModelConfig], builtins: list[ModelConfig] | None = None
+    ) -> None:
         self._state_dir = Path(state_dir) if state_dir else None
         restored = load_specs(self._state_dir) if self._state_dir else None
+        self._registrations = Registrations(self._state_dir, builtins or [])
         self._restored = restored is not None
         self._initial = restored if restored is not None else list(seed)
         self._deployments: dict[str, Deployment] = {}
@@ -175,6 +180,30 @@ class Controller:
         log.info("undeployed %s (drained=%s)", name, drained)
         return UndeployResult(name=name, drained=drained, seconds=round(time.monotonic() - t0, 3))
 
+    # ---- Xinference's face of the registry (protocol/xinference.py) ---------------------------
+
+    async def registrations(self, model_type: str, detailed: bool) -> list[dict[str, Any]]:
+        return self._registrations.list(model_type, detailed)
+
+    async def registration(self, model_type: str, name: str) -> ModelFamily:
+        return self._registrations.get(model_type, name).family
+
+    async def prompt_styles(self) -> dict[str, dict[str, Any]]:
+        return self._registrations.prompt_styles()
+
+    async def register(self, model_type: str, family: dict[str, Any], persist: bool) -> None:
+        self._registrations.register(model_type, family, persist)
+        log.info("registered %s model %s (persist=%s)", model_type, family.get("model_name"), persist)
+
+    async def unregister(self, model_type: str, name: str) -> None:
+        self._registrations.unregister(model_type, name)
+        log.info("unregistered %s model %s", model_type, name)
+
+    async def launch(self, request: LaunchRequest) -> DeploymentStatus:
+        """A registration launched by name: an ordinary deploy of the spec it builds."""
+        self._boot()
+        return await self.deploy(self._registrations.launch_spec(request))
+
     # ---- checks --------------------------------------------------------------------------------
 
     def _idle(self, name: str) -> Deployment:
@@ -223,10 +252,12 @@ class Controller:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
 
 
-def connect_controller(state_dir: Path | None, seed: list[ModelConfig]) -> Any:
+def connect_controller(
+    state_dir: Path | None, seed: list[ModelConfig], builtins: list[ModelConfig] | None = None
+) -> Any:
     """The cluster's controller: the existing one, or a new one on this node (restored from
-    `state_dir`, else seeded with `seed`). Get-or-create is atomic in Ray, so gateways starting
-    together still end up with one controller."""
+    `state_dir`, else seeded with `seed`; `builtins`: what Xinference's API lists as built-in).
+    Get-or-create is atomic in Ray, so gateways starting together still end up with one controller."""
     here = ray.get_runtime_context().get_node_id()
     return (
         ray.remote(Controller)
@@ -238,5 +269,5 @@ def connect_controller(state_dir: Path | None, seed: list[ModelConfig]) -> Any:
             max_concurrency=1000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         )
-        .remote(str(state_dir) if state_dir else None, seed)
+        .remote(str(state_dir) if state_dir else None, seed, builtins)
     )

@@ -119,6 +119,7 @@ class ReplicaRecord:
     node_id: str | None = None
     error: str | None = None
     context_length: int = 0
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
     stopping: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -173,7 +174,7 @@ class Deployment:
 
     def route(self) -> DeploymentRoute:
         ready = [
-            ReplicaRoute(r.id, r.actor, r.node_id or "", r.context_length)
+            ReplicaRoute(r.id, r.actor, r.node_id or "", r.context_length, r.generation_defaults)
             for r in self.replicas
             if r.state == "ready"
         ]
@@ -273,6 +274,7 @@ class Deployment:
         if rec.stopping:
             return
         rec.node_id, rec.context_length = str(info["node_id"]), int(info["context_length"])
+        rec.generation_defaults = dict(info.get("generation_defaults") or {})
         log.info("replica %s ready on node %s in %.1fs", rec.id, rec.node_id[:12], time.monotonic() - t0)
         self._set(rec, "ready")
         try:

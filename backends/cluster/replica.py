@@ -27,6 +27,7 @@ import ray
 from backends.cluster.errors import ReplicaDrainingError
 from backends.engines.base import Engine, EngineStats
 from backends.engines.factory import make_engine
+from backends.engines.model_files import generation_defaults
 from backends.streams import Pump
 from protocol.config import ModelConfig
 from protocol.generation import (
@@ -34,6 +35,8 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
@@ -58,12 +61,14 @@ class ModelWorker:
 
     async def start(self) -> dict[str, Any]:
         """Load the model; called once by the controller, which treats an exception as `failed`."""
+        recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
         engine = make_engine(self._config)
         await engine.start()
         self._engine = engine
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "context_length": engine.context_length,
+            "generation_defaults": recommended,
         }
 
     def _require(self) -> Engine:
@@ -117,6 +122,14 @@ class ModelWorker:
         self._inflight += 1
         try:
             return await engine.embed(request)
+        finally:
+            self._inflight -= 1
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            return await engine.rank(request)
         finally:
             self._inflight -= 1
 

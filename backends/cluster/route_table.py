@@ -15,12 +15,14 @@ from protocol.config import ModelConfig
 
 @dataclass(slots=True)
 class ReplicaRoute:
-    """A ready replica as gateways see it: the actor handle to call, its node, and its context length."""
+    """A ready replica as gateways see it: the actor handle to call, its node, its context length,
+    and the sampling defaults its model folder recommends (`generation_config`)."""
 
     id: str
     actor: Any
     node_id: str
     context_length: int
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

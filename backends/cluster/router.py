@@ -39,9 +39,12 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
+from protocol.sampling_defaults import SamplingDefaults
 
 # Batches (of up to `replica.MAX_DELTAS_PER_YIELD` deltas) a replica may yield ahead of this
 # gateway's reading. A reading client never gets near it: the router awaits each batch at once.
@@ -57,6 +60,7 @@ class Replica:
     id: str
     node_id: str = ""
     context_length: int = 0
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
     inflight: int = field(default=0)
     dead: bool = False  # a call saw the actor die: no new requests until the table drops it
 
@@ -80,9 +84,18 @@ class ModelRouter:
         for r in route.replicas:
             replica = known.get(r.id) or Replica(actor=r.actor, id=r.id)
             replica.node_id, replica.context_length = r.node_id, r.context_length
+            replica.generation_defaults = r.generation_defaults
             replicas.append(replica)
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
         self.restarts = route.restarts
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        """What a request is served with where it leaves a sampling field unset: the deployment's
+        `defaults:` over what the model's generation config recommends (read by its replicas,
+        which share one spec; none is ready yet: the deployment's own)."""
+        recommended = self.replicas[0].generation_defaults if self.replicas else {}
+        own = self.config.defaults
+        return own.over(SamplingDefaults.model_validate(recommended)) if recommended else own
 
     def _pick(self, tried: set[str]) -> Replica:
         replicas = [r for r in self.replicas if r.id not in tried and not r.dead]
@@ -135,13 +148,22 @@ class ModelRouter:
         return mapped
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
+        result: EmbedResult = await self._retried("embed", request)
+        return result
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        result: RankResult = await self._retried("rank", request)
+        return result
+
+    async def _retried(self, method: str, request: Any) -> Any:
+        """A whole-answer call (embed, rank): a replica that refuses or dies is retried elsewhere,
+        since nothing has reached the client yet."""
         tried: set[str] = set()
         while True:
             replica = self._pick(tried)
             replica.inflight += 1
             try:
-                result: EmbedResult = await replica.actor.embed.remote(request)
-                return result
+                return await getattr(replica.actor, method).remote(request)
             except (RayTaskError, RayActorError) as exc:
                 mapped = self._mapped(exc, replica)
                 if not mapped.retry:

@@ -12,6 +12,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -50,19 +51,25 @@ def load_specs(state_dir: Path) -> list[ModelConfig] | None:
 
 
 def save_specs(state_dir: Path, specs: list[ModelConfig]) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
     body = {
         "format": FORMAT,
         "saved_at": time.time(),
         "deployments": [s.model_dump(mode="json") for s in specs],
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=state_dir)
+    write_json(state_dir, STATE_FILE, body)
+
+
+def write_json(state_dir: Path, name: str, body: dict[str, Any]) -> None:
+    """Replace `state_dir/name` with `body` atomically (temporary file, fsync, rename, fsync the
+    folder): the registry and the Xinference registrations file share this one writer."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=state_dir)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(body, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, state_file(state_dir))
+        os.replace(tmp, state_dir / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

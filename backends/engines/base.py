@@ -37,6 +37,8 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
 )
@@ -176,6 +178,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         """Embed a batch; vectors come back unit-normalised."""
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        """A cross-encoder's relevance logits, one per pair (`task: rerank`). Embedding models
+        need no engine support: the gateway ranks them by cosine similarity of `embed` vectors."""
+        raise BadRequestError(f"{type(self).__name__} does not serve rerank.", param="model")
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         """vLLM's `/tokenize`: the ids (and their texts) the model would see for a prompt or chat."""

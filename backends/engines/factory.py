@@ -22,6 +22,7 @@ def make_engine(config: ModelConfig) -> Engine:
         return VllmEngine(
             str(path),
             embedding=config.task == "embed",
+            rank=config.task == "rerank",
             engine_kwargs=config.engine,
             num_gpus=config.num_gpus,
         )
@@ -36,5 +37,10 @@ def make_engine(config: ModelConfig) -> Engine:
     if config.backend == "llama_cpp":
         from backends.engines.llama_cpp.engine import LlamaCppEngine
 
-        return LlamaCppEngine(str(path), embedding=config.task == "embed", engine_kwargs=config.engine)
+        return LlamaCppEngine(
+            str(path),
+            embedding=config.task == "embed",
+            rank=config.task == "rerank",
+            engine_kwargs=config.engine,
+        )
     raise ValueError(f"unknown backend {config.backend!r}")

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
+from typing import Any
 
-from protocol.config import ModelSource
+from pydantic import ValidationError
+
+from protocol.config import ModelConfig, ModelSource
+from protocol.sampling_defaults import SamplingDefaults
+
+GENERATION_CONFIG = "generation_config.json"
 
 
 class ModelFileError(ValueError):
@@ -51,3 +58,34 @@ def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
     elif not path.is_file():
         raise ModelFileError(f"Model file not found: {path}")
     return path
+
+
+def generation_defaults(config: ModelConfig) -> dict[str, Any]:
+    """The sampling defaults `config.generation_config` points at, as a plain dict (it travels in
+    the route table to every gateway, which applies it under the deployment's `defaults:`).
+
+    Read on the node that loads the model, where its folder is. `auto` is vLLM's default: the
+    model folder's own file, when it has one (a GGUF has no folder and carries none); `none` reads
+    nothing; a folder must hold the file. A file that is not JSON or holds out-of-range values
+    fails the replica's load with a message naming it, like any other broken model file.
+    """
+    choice = config.generation_config
+    if choice == "none" or config.source is None:
+        return {}
+    if choice == "auto":
+        if config.backend != "vllm":
+            return {}
+        path = resolve_model_file(config.source, folder=True) / GENERATION_CONFIG
+        if not path.is_file():
+            return {}
+    else:
+        path = Path(choice).expanduser() / GENERATION_CONFIG
+        if not path.is_file():
+            raise ModelFileError(f"generation_config: no {GENERATION_CONFIG} in {path.parent}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return SamplingDefaults.from_generation_config(data).model_dump(exclude_none=True)
+    except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
+        raise ModelFileError(f"{path}: {exc}") from exc

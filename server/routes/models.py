@@ -1,4 +1,5 @@
-"""`GET /v1/models`, `GET /v1/models/{id}` and `GET /health`."""
+"""`GET /v1/models`, `GET /v1/models/{id}` (OpenAI's model object + Xinference's description) and
+`GET /health`."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from fastapi import APIRouter, Request
 from backends.cluster.controller_client import ControllerClient
 from protocol.extensions import supported_extensions
 from protocol.models import ModelCard, ModelList
+from protocol.xinference import ENGINE_FORMATS, TASK_ABILITY, TASK_MODEL_TYPE, XinferenceModelCard
 from server.auth import check_model_access
 from server.context import request_context
 
 router = APIRouter()
+
+FORMAT_OF_ENGINE = {engine: fmt for engine, (fmt, _) in ENGINE_FORMATS.items()}
 
 
 def _cluster(request: Request) -> ControllerClient:
@@ -23,22 +27,42 @@ async def list_models(request: Request) -> ModelList:
     cluster = _cluster(request)
     key = request_context(request).key
     ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
-    return ModelList(data=[ModelCard(id=i, created=cluster.created) for i in ids])
+    return ModelList(
+        data=[ModelCard(id=i, created=cluster.created, task=cluster.get(i).config.task) for i in ids]
+    )
 
 
 @router.get("/v1/models/{model_id:path}")
-async def retrieve_model(model_id: str, request: Request) -> ModelCard:
+async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard:
+    """OpenAI's model object, and Xinference's description of it in the same body (its client reads
+    `model_type` and `model_ability` here to pick a handle): from the launch's `origin`, or, for a
+    deployment made otherwise, from its task and backend."""
     cluster = _cluster(request)
     router = cluster.get(model_id)  # raises ModelNotFoundError -> 404 model_not_found
     config = router.config
     check_model_access(request_context(request).key, config.ids)
-    if config.task != "generate":
-        return ModelCard(id=model_id, created=cluster.created)
-    return ModelCard(
+    origin = config.origin
+    engine = "vllm" if config.backend == "vllm" else "llama.cpp"
+    generates = config.task == "generate"
+    return XinferenceModelCard(
         id=model_id,
         created=cluster.created,
-        sampling_parameters=supported_extensions(),
-        sampling_defaults=config.defaults.model_dump(exclude_none=True),
+        task=config.task,
+        sampling_parameters=supported_extensions() if generates else None,
+        sampling_defaults=router.sampling_defaults().model_dump(exclude_none=True) if generates else None,
+        model_type=origin.model_type if origin else TASK_MODEL_TYPE.get(config.task, config.task),
+        model_name=origin.model_name if origin else config.name,
+        model_ability=origin.model_ability if origin else [*TASK_ABILITY.get(config.task, [])],
+        model_lang=origin.model_lang if origin else ["en"],
+        model_description=origin.model_description if origin else None,
+        model_format=origin.model_format if origin else FORMAT_OF_ENGINE.get(engine),
+        model_engine=origin.model_engine if origin else engine,
+        model_size_in_billions=origin.model_size_in_billions if origin else None,
+        quantization=origin.quantization if origin else None,
+        context_length=origin.context_length if origin else config.engine.get("n_ctx"),
+        replica=config.replicas,
+        ready_replicas=len(router.replicas),
+        state=router.state,
     )
 
 

@@ -13,9 +13,11 @@ engine request ids, metrics: server/guard.py).
 `GenerationServing` adds the steps every generating endpoint shares, in this order:
 
 1. resolve the model (404, 403, 400 for the wrong task or an unsupported field, 429 when full),
-   and fill in the model's `defaults:` where the body leaves a sampling field unset;
+   and fill in the model's defaults (its `defaults:` over its `generation_config`) where the
+   body leaves a sampling field unset;
 2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt),
-   at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400);
+   at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400), and
+   set the defaults the body has no field for (`SamplingDefaults.beyond`);
 3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
 4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
    chunk is still an HTTP error, later ones travel in-band; a disconnect cancels the stream, which
@@ -72,8 +74,8 @@ class Serving(ABC, Generic[BodyT]):
 
     # The endpoint's name in the unknown-field log ("chat.completions").
     endpoint: ClassVar[str]
-    # The task the model must serve; None: any model will do (tokenizers).
-    task: ClassVar[Task | None]
+    # The task the model must serve (or one of several); None: any model will do (tokenizers).
+    task: ClassVar[Task | tuple[Task, ...] | None]
 
     def __init__(self, body: BodyT, request: Request) -> None:
         self.body = body
@@ -168,10 +170,13 @@ class GenerationServing(Serving[BodyT]):
             log.debug("%s for user %r", self.id, self.user)
         limit = self.request.app.state.settings.max_sequences
         check_sequence_count(self.prompt_count(), self.samples_per_prompt, limit, self.prompts_param)
-        self.body = model.config.defaults.under(self.body)
+        defaults = model.sampling_defaults()
+        self.body = defaults.under(self.body)
         requests = self.sequences()
         if len(requests) > limit:  # an endpoint whose `prompt_count` undercounts
             check_sequence_count(len(requests), 1, limit, self.prompts_param)
+        for r in requests:
+            defaults.beyond(self.body, r.sampling)
         deltas = merge([model.generate(r) for r in requests])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)

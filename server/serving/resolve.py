@@ -17,22 +17,30 @@ from server.context import request_context
 from server.guard import ModelHandle, open_model
 from server.unknown_fields import UnknownFieldLog
 
-_TASK_ENDPOINTS = {"generate": "chat and text completions", "embed": "embeddings"}
+_TASK_ENDPOINTS = {
+    "generate": "chat and text completions",
+    "embed": "embeddings",
+    "rerank": "rerank and score",
+}
 
 
-def resolve_model(request: Request, endpoint: str, body: RequestModel, task: Task | None) -> ModelHandle:
+def resolve_model(
+    request: Request, endpoint: str, body: RequestModel, task: Task | tuple[Task, ...] | None
+) -> ModelHandle:
     """The model the body names, checked against the API key, and admitted (or refused with 429).
-    `task=None`: any model will do (tokenizers)."""
+    `task=None`: any model will do (tokenizers); a tuple: any of these (rerank takes cross-encoders
+    and embedding models), the first naming the endpoint in the refusal."""
     cluster: ControllerClient = request.app.state.cluster
     unknown_fields: UnknownFieldLog = request.app.state.unknown_fields
     unknown_fields.note(endpoint, body)
     # Every body that reaches a model names it; the base model does not declare the field.
     router = cluster.get(str(getattr(body, "model")))  # noqa: B009
     check_model_access(request_context(request).key, router.config.ids)
-    if task is not None and router.config.task != task:
+    tasks = (task,) if isinstance(task, str) else task
+    if tasks is not None and router.config.task not in tasks:
         raise BadRequestError(
             f"Model `{router.config.name}` serves {_TASK_ENDPOINTS[router.config.task]}, "
-            f"not {_TASK_ENDPOINTS[task]}.",
+            f"not {_TASK_ENDPOINTS[tasks[0]]}.",
             param="model",
         )
     unsupported: list[str] = getattr(body, "unsupported_fields", list)()

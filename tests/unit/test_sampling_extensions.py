@@ -164,3 +164,15 @@ def test_unknown_field_log_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 4 and "further ones are ignored" in lines[-1]
     assert len(notes.seen) == 3
+
+
+def test_unknown_field_is_one_warning_per_name(caplog: pytest.LogCaptureFixture) -> None:
+    notes = UnknownFieldLog()
+    with caplog.at_level(logging.WARNING):
+        notes.note("chat.completions", chat(made_up=1))
+        notes.note(
+            "completions", CompletionRequest.model_validate({"model": "m", "prompt": "x", "made_up": 2})
+        )
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring unknown field 'made_up' on chat.completions"
+    ]

@@ -27,6 +27,7 @@ from protocol.generation import (
     TokenizeRequest,
     TokenizeResult,
 )
+from protocol.sampling_defaults import SamplingDefaults
 from server.admission import Admission
 from server.auth import KeyStore
 from server.errors import install_error_handlers
@@ -65,6 +66,9 @@ class FakeRouter:
                 )
         finally:
             self.closed += 1
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        return self.config.defaults  # no generation config: the deployment's own
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         return TokenizeResult(tokens=[1, 2], token_strs=["x", "y"], max_model_len=64)

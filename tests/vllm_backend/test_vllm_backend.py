@@ -152,7 +152,11 @@ def test_greedy_completion_matches_transformers(client: openai.OpenAI) -> None:
     (models/build_vllm_models.py --check), by a margin no CPU's rounding closes; what follows
     the first token is the machine's (bf16 kernels round differently from CPU to CPU)."""
     out = client.completions.create(
-        model=CHAT_MODEL, prompt="The capital of France is", max_tokens=3, temperature=0
+        model=CHAT_MODEL,
+        prompt="The capital of France is",
+        max_tokens=3,
+        temperature=0,
+        extra_body={"repetition_penalty": 1.0},  # pure greedy, as transformers' (no `defaults:`)
     )
     assert out.choices[0].text.startswith(" Paris"), out.choices[0].text
     assert out.usage is not None and out.usage.prompt_tokens == 5
@@ -188,7 +192,13 @@ def test_penalties_reach_the_engine(client: openai.OpenAI) -> None:
 
     def complete(prompt: str, **kw: float) -> Any:
         return client.completions.create(
-            model=CHAT_MODEL, prompt=prompt, max_tokens=24, temperature=0, logprobs=5, **kw
+            model=CHAT_MODEL,
+            prompt=prompt,
+            max_tokens=24,
+            temperature=0,
+            logprobs=5,
+            extra_body={"repetition_penalty": 1.0},  # off, whatever the model's `defaults:` say
+            **kw,
         ).choices[0]
 
     for prompt in ("My favourite things are", "la la la la la la", "1, 2, 1, 2, 1, 2,", "Once upon a time"):

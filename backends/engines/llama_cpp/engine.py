@@ -39,6 +39,8 @@ from protocol.generation import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    RankRequest,
+    RankResult,
 )
 
 __all__ = ["DEFAULT_ENGINE_KWARGS", "LlamaCppEngine"]
@@ -49,18 +51,27 @@ MAX_QUEUED_DELTAS = 64
 
 class LlamaCppEngine(LlamaModelEngine):
     """`backend: llama_cpp`, one sequence at a time: every call runs on one thread because a `Llama` is not
-    re-entrant. Serves generation and embeddings."""
+    re-entrant. Serves generation, embeddings (`embedding`), or a cross-encoder's rerank scores
+    (`rank`: llama.cpp's rank pooling, LLAMA_POOLING_TYPE_RANK)."""
 
-    def __init__(self, model_path: str, *, embedding: bool, engine_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, model_path: str, *, embedding: bool, engine_kwargs: dict[str, Any], rank: bool = False
+    ) -> None:
         super().__init__()
         self._model_path = model_path
-        self._embedding = embedding
+        self._embedding = embedding or rank
+        self._rank = rank
         kwargs, self._prompt_cache = llama_kwargs(engine_kwargs)
         self._kwargs = {**kwargs, "verbose": False}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None
 
     async def start(self) -> None:
+        if self._rank:
+            import llama_cpp
+
+            # Rerank GGUFs (bge-reranker's, say) record rank pooling; a converted classifier may not.
+            self._kwargs.setdefault("pooling_type", llama_cpp.LLAMA_POOLING_TYPE_RANK)
         loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(
             self._executor,
@@ -71,6 +82,8 @@ class LlamaCppEngine(LlamaModelEngine):
 
             if model.llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
                 raise EngineError(f"{self._model_path} has no pooling layer; it cannot embed text")
+            if self._rank and model.llm.pooling_type() != llama_cpp.LLAMA_POOLING_TYPE_RANK:
+                raise EngineError(f"{self._model_path} is set up for embeddings, not rank pooling")
         self._model = model
 
     @property
@@ -134,30 +147,74 @@ class LlamaCppEngine(LlamaModelEngine):
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         llm = loaded(self._model).llm
-        if not self._embedding:
+        if not self._embedding or self._rank:
             raise BadRequestError("This model does not serve embeddings.", param="model")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._embed_sync, llm, request.inputs)
 
-    @staticmethod
-    def _embed_sync(llm: Any, inputs: list[str] | list[list[int]]) -> EmbedResult:
+    @classmethod
+    def _embed_sync(cls, llm: Any, inputs: list[str] | list[list[int]]) -> EmbedResult:
         """Mirrors `Llama.embed`, but also takes token ids (a valid OpenAI `input`) and refuses
         over-long inputs instead of truncating them silently."""
-        import llama_cpp
-
-        n_batch, n_seq_max, n_embd = llm.n_batch, llm.context_params.n_seq_max, llm.n_embd()
         seqs = [
             list(x) if isinstance(x, list) else llm.tokenize(x.encode(), add_bos=True, special=False)
             for x in inputs
         ]
         vocab = llm.n_vocab()
         for i, seq in enumerate(seqs):
-            if len(seq) > n_batch:
+            if len(seq) > llm.n_batch:
                 raise ContextLengthExceededError(
-                    f"Input {i} has {len(seq)} tokens; this model's maximum is {n_batch}.",
+                    f"Input {i} has {len(seq)} tokens; this model's maximum is {llm.n_batch}.",
                     param="input",
                 )
             check_token_ids(seq, vocab, "input")
+        pooled = cls._pooled(llm, seqs, llm.n_embd())
+        return EmbedResult(embeddings=[unit_vector(v) for v in pooled], prompt_tokens=sum(map(len, seqs)))
+
+    # -- rerank -------------------------------------------------------------------------------
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        llm = loaded(self._model).llm
+        if not self._rank:
+            raise BadRequestError("This model does not serve rerank.", param="model")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._rank_sync, llm, request)
+
+    @classmethod
+    def _rank_sync(cls, llm: Any, request: RankRequest) -> RankResult:
+        """One logit per (query, document) pair. The pair is laid out as llama.cpp's own server
+        does for rerank (`format_prompt_rerank`): [BOS] query [EOS] [SEP] document [EOS], each
+        special token only where the GGUF asks for it; for BERT that is transformers' own
+        `[CLS] query [SEP] document [SEP]`, for XLM-RoBERTa (bge-reranker) `<s> q </s></s> d </s>`."""
+        import llama_cpp
+
+        vocab = llm._model.vocab
+        bos = [llm.token_bos()] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
+        eos = [llm.token_eos()] if llama_cpp.llama_vocab_get_add_eos(vocab) else []
+        sep = [llama_cpp.llama_vocab_sep(vocab)] if llama_cpp.llama_vocab_get_add_sep(vocab) else []
+
+        def ids(text: str) -> list[int]:
+            return list(llm.tokenize(text.encode(), add_bos=False, special=False))
+
+        queries = {q: ids(q) for q in dict.fromkeys(q for q, _ in request.pairs)}
+        seqs = [bos + queries[q] + eos + sep + ids(d) + eos for q, d in request.pairs]
+        for i, seq in enumerate(seqs):
+            if len(seq) > llm.n_batch:
+                raise ContextLengthExceededError(
+                    f"Pair {i} (query and {request.param}[{i}]) has {len(seq)} tokens; this model's "
+                    f"maximum is {llm.n_batch}. Shorten the document or the query.",
+                    param=request.param,
+                )
+        scores = [v[0] for v in cls._pooled(llm, seqs, 1)]
+        return RankResult(scores=scores, prompt_tokens=sum(map(len, seqs)))
+
+    @staticmethod
+    def _pooled(llm: Any, seqs: list[list[int]], width: int) -> list[list[float]]:
+        """The model's pooled output (the first `width` floats) for each sequence, decoding as many
+        sequences per batch as `n_batch` and `n_seq_max` allow."""
+        import llama_cpp
+
+        n_batch, n_seq_max = llm.n_batch, llm.context_params.n_seq_max
         out: list[list[float]] = []
 
         def flush(group: list[list[int]]) -> None:
@@ -169,7 +226,7 @@ class LlamaCppEngine(LlamaModelEngine):
             llm._ctx.kv_cache_clear()
             llm._ctx.decode(llm._batch)
             for seq_id in range(len(group)):
-                out.append(unit_vector(llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, seq_id)[:n_embd]))
+                out.append(list(llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, seq_id)[:width]))
 
         group: list[list[int]] = []
         for seq in seqs:
@@ -180,4 +237,4 @@ class LlamaCppEngine(LlamaModelEngine):
         flush(group)
         llm._ctx.kv_cache_clear()
         llm.reset()
-        return EmbedResult(embeddings=out, prompt_tokens=sum(map(len, seqs)))
+        return out

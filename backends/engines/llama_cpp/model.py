@@ -68,9 +68,13 @@ class LlamaModel:
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+        kwargs = dict(kwargs)
+        # `chat_template` (engine option): a Jinja template for a GGUF that carries none, or to
+        # replace its own (Xinference's prompt styles arrive this way, protocol/xinference.py).
+        override = kwargs.pop("chat_template", None)
         llm = Llama(model_path=model_path, embedding=embedding, **kwargs)
         formatter = None
-        template = None if embedding else llm.metadata.get("tokenizer.chat_template")
+        template = None if embedding else (override or llm.metadata.get("tokenizer.chat_template"))
         if template:
             model = llm._model
             formatter = Jinja2ChatFormatter(

@@ -58,6 +58,8 @@ from protocol.generation import (
     EmbedResult,
     FinishReason,
     GenerateRequest,
+    RankRequest,
+    RankResult,
     TokenizeRequest,
     TokenizeResult,
     ToolsSpec,
@@ -80,12 +82,15 @@ class VllmEngine(Engine):
         embedding: bool,
         engine_kwargs: dict[str, Any],
         num_gpus: float = 0.0,
+        rank: bool = False,
     ) -> None:
         super().__init__(VllmEngineStats())
         self._kwargs = vllm_support.engine_kwargs(
-            model_path, embedding=embedding, user_kwargs=engine_kwargs, num_gpus=num_gpus
+            model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
-        self._embedding = embedding
+        # A cross-encoder (`rank`) runs on vLLM's pooling runner too, as a classifier.
+        self._embedding = embedding or rank
+        self._rank = rank
         self._llm: Any = None
         self._tokenizer: Any = None
         self._pieces: TokenPieces | None = None
@@ -321,7 +326,7 @@ class VllmEngine(Engine):
         from vllm.v1.engine.exceptions import EngineDeadError
 
         llm = self._engine()
-        if not self._embedding:
+        if not self._embedding or self._rank:
             raise BadRequestError("This model does not serve embeddings.", param="model")
         seqs = await asyncio.to_thread(self._embed_ids, request.inputs)
 
@@ -343,6 +348,55 @@ class VllmEngine(Engine):
                 "The model's engine failed while embedding; retry the request.", code="engine_dead"
             ) from None
         return EmbedResult(embeddings=[vec for vec, _ in results], prompt_tokens=sum(n for _, n in results))
+
+    # -- rerank -------------------------------------------------------------------------------
+
+    def _pair_inputs(self, request: RankRequest) -> list[tuple[list[int], int]]:
+        """Each pair as the tokenizer lays it out for a cross-encoder (`[CLS] q [SEP] d [SEP]`),
+        with where its second segment starts: vLLM takes token types in that compressed form
+        (its own score endpoint does the same, `compressed_token_type_ids`)."""
+        out: list[tuple[list[int], int]] = []
+        for i, (query, doc) in enumerate(request.pairs):
+            enc = self._tokenizer(query, doc, add_special_tokens=True)
+            ids = list(enc["input_ids"])
+            if len(ids) > self._context:
+                raise ContextLengthExceededError(
+                    f"Pair {i} (query and {request.param}[{i}]) has {len(ids)} tokens; this model's "
+                    f"maximum is {self._context}. Shorten the document or the query.",
+                    param=request.param,
+                )
+            types = list(enc.get("token_type_ids") or [])
+            out.append((ids, types.index(1) if 1 in types else len(ids)))
+        return out
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        """Raw classifier logits (no activation: the gateway applies it), all pairs at once."""
+        from vllm import PoolingParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        llm = self._engine()
+        if not self._rank:
+            raise BadRequestError("This model does not serve rerank.", param="model")
+        inputs = await asyncio.to_thread(self._pair_inputs, request)
+
+        async def one(i: int, ids: list[int], second: int) -> tuple[float, int]:
+            params = PoolingParams(
+                task="classify", use_activation=False, extra_kwargs={"compressed_token_type_ids": second}
+            )
+            final = None
+            async for out in llm.encode({"prompt_token_ids": ids}, params, f"{request.request_id}-{i}"):
+                final = out
+            assert final is not None
+            return float(final.outputs.data.reshape(-1)[0]), len(final.prompt_token_ids)
+
+        self._stats.requests_total += 1
+        try:
+            results = await asyncio.gather(*(one(i, ids, second) for i, (ids, second) in enumerate(inputs)))
+        except EngineDeadError:
+            raise EngineError(
+                "The model's engine failed while scoring; retry the request.", code="engine_dead"
+            ) from None
+        return RankResult(scores=[s for s, _ in results], prompt_tokens=sum(n for _, n in results))
 
 
 def _error_param(exc: Exception, request: GenerateRequest) -> str:

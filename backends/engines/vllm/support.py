@@ -66,9 +66,10 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
     * `n` is always 1: the gateway runs each of a request's `n` samples as its own sequence (with
       seed + i), so they spread over replicas and stream independently.
     * vLLM's own extensions (`top_k`, `min_p`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
-      `stop_token_ids`, `bad_words` ...) map one to one; `top_k` off is vLLM's 0. The model's
-      `generation_config.json` defaults are not applied here (vLLM applies them only in its own
-      server); a deployment's `defaults:` are, by the gateway, before the request gets here.
+      `stop_token_ids`, `bad_words` ...) map one to one; `top_k` off is vLLM's 0. Defaults are
+      already in: the gateway fills unset fields from the deployment's `defaults:` over the
+      model's `generation_config.json` (read by the replica, backends/engines/model_files.py), as
+      vLLM's own server does; vLLM's engine applies none itself.
     * `min_tokens` is capped at the budget (vLLM refuses more than `max_tokens`, and the budget
       may be below what the client asked when the context is short).
     * `DELTA` output: each `RequestOutput` carries only the new text and token ids, which is what
