@@ -1,5 +1,6 @@
 """The README chart: output tokens/s and TTFT p50 against concurrency, for the llama.cpp model
-(top) and the instant engine (bottom). matplotlib is a bench-only dependency."""
+(top; also against llama-server) and the instant engine (bottom); rows with no data are left
+out. matplotlib is a bench-only dependency."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 ROWS = (
     ("llama.cpp SmolLM2-135M, 128 tokens", ("llama-c1", "llama-load")),
+    ("vs llama-server, new prompts, 128 tokens", ("llama-server",)),
+    ("vs llama-server, repeated opening, 128 tokens", ("llama-server-repeat",)),
     ("instant engine (gateway alone), 128 tokens", ("instant", "instant-load")),
 )
 STYLE = {
@@ -16,6 +19,7 @@ STYLE = {
     "L2": ("Raygate gateway (L2)", "tab:red"),
     "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "peer": ("llama_cpp.server", "tab:green"),
+    "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),
     "bare": ("bare uvicorn app, write per frame", "tab:purple"),
     "bare-joined": ("bare uvicorn app, one write", "tab:pink"),
 }
@@ -37,8 +41,11 @@ def render(record: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(ROWS), 2, figsize=(11, 8), constrained_layout=True)
-    for (title, scenarios), (ax_tps, ax_ttft) in zip(ROWS, axes, strict=True):
+    rows = [(t, s) for t, s in ROWS if _series(record, s)] or list(ROWS[:1])
+    fig, axes = plt.subplots(
+        len(rows), 2, figsize=(11, 4 * len(rows)), constrained_layout=True, squeeze=False
+    )
+    for (title, scenarios), (ax_tps, ax_ttft) in zip(rows, axes, strict=True):
         for target, points in _series(record, scenarios).items():
             label, color = STYLE.get(target, (target, None))
             xs = [c for c, _ in points]

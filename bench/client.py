@@ -14,6 +14,7 @@ usage when streaming, and one chunk per token).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -31,15 +32,28 @@ except ImportError:  # pragma: no cover
 from bench.metrics import RequestResult
 
 REQUEST_TIMEOUT_S = 120.0
+_NUMBERS = itertools.count(1)  # unique prompts' numbers: never repeated within one process
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """One request body sent again and again; `expected_tokens` marks shorter outputs failed."""
+    """One request body sent again and again; `expected_tokens` marks shorter outputs failed.
+    `unique`: each request's `prompt` starts with its own number, so no server can answer it
+    from a prompt cache (the first tokens already differ)."""
 
     path: str
     body: dict[str, Any]
     expected_tokens: int | None = None
+    unique: bool = False
+
+    def payloads(self) -> Callable[[], bytes]:
+        """The next request body, encoded."""
+        if not self.unique:
+            payload = json.dumps(self.body).encode()
+            return lambda: payload
+        return lambda: json.dumps(
+            {**self.body, "prompt": f"{next(_NUMBERS)}. {self.body['prompt']}"}
+        ).encode()
 
 
 class HttpError(Exception):
@@ -233,7 +247,7 @@ def http_worker_factory(
     url = urlsplit(base_url)
     host, port = url.hostname or "127.0.0.1", url.port or 80
     prefix = url.path.rstrip("/")
-    payload = json.dumps(workload.body).encode()
+    payload = workload.payloads()
 
     async def make() -> tuple[Runner, Callable[[], Awaitable[None]]]:
         conn = Connection(host, port)
@@ -241,7 +255,7 @@ def http_worker_factory(
         async def run(result: RequestResult) -> None:
             try:
                 await asyncio.wait_for(
-                    conn.stream(prefix + workload.path, payload, result, workload.expected_tokens),
+                    conn.stream(prefix + workload.path, payload(), result, workload.expected_tokens),
                     REQUEST_TIMEOUT_S,
                 )
             except HttpError as exc:

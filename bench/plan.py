@@ -6,6 +6,8 @@ Targets (the ladder, plus the peer and the ceiling):
     L2     the full gateway: `raygate serve` (HTTP -> Ray replica -> engine)
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
+    llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
+           threads as the Raygate target's replicas together, 8 slots
     bare   a bare uvicorn streaming app, one socket write per frame (bench/bare_app.py)
     bare-joined  the same app writing all frames at once: the ceiling for "gateway alone"
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from protocol.generation import SamplingParams
 
 OUTPUT_TOKENS = 128
+LLAMA_SERVER_SLOTS = 8
 LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # A prompt the model keeps continuing: greedy decoding counts upward for far more than 128 tokens,
@@ -43,11 +46,21 @@ def completion_body(model: str, prompt: str) -> dict[str, object]:
     }
 
 
+# A long opening every request of the `llama-shared` workload repeats (a system prompt, the earlier
+# turns of a conversation): what a prompt cache saves.
+SHARED_OPENING = " ".join(
+    f"Rule {i}: answer briefly, stay on topic, cite sources when you can, and never invent facts."
+    for i in range(1, 16)
+)
 WORKLOADS: dict[str, dict[str, object]] = {
     "llama": completion_body(LLAMA_MODEL, LLAMA_PROMPT),
+    "llama-shared": completion_body(LLAMA_MODEL, SHARED_OPENING + "\n\n" + LLAMA_PROMPT),
     "instant": completion_body("instant", "Hello"),
     "paced": completion_body("paced", "Hello"),
 }
+# Workloads whose prompts start with each request's own number: no prompt cache can serve them.
+UNIQUE = frozenset({"llama-unique"})
+WORKLOADS["llama-unique"] = WORKLOADS["llama"]
 L0_SAMPLING = SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0)
 PACED_TTFT_MS = 20.0
 
@@ -99,6 +112,25 @@ SCENARIOS: tuple[Scenario, ...] = (
         min_requests=200,
     ),
     Scenario("paced", "paced", ("L1", "L2"), (1, 8), rounds=2, requests_per_stream=3, min_requests=6),
+    # llama.cpp's own server: every prompt new (nothing cached), then one long opening repeated.
+    Scenario(
+        "llama-server",
+        "llama-unique",
+        ("L2", "L2-batched", "llama-server"),
+        (1, 8),
+        rounds=1,
+        requests_per_stream=2,
+        min_requests=4,
+    ),
+    Scenario(
+        "llama-server-repeat",
+        "llama-shared",
+        ("L2", "L2-batched", "llama-server"),
+        (1, 8),
+        rounds=1,
+        requests_per_stream=2,
+        min_requests=4,
+    ),
 )
 MEMORY_REQUESTS = 2000
 MEMORY_CONCURRENCY = 8

@@ -161,6 +161,7 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
                 a < b,
             )
         )
+    rows += _vs_llama_server(get)
     memory = record.get("memory")
     if memory:
         slopes = memory_slopes(memory)
@@ -184,6 +185,37 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
                 worst < 1.0,
             )
         )
+    return rows
+
+
+LLAMA_SERVER_LABELS = {"L2": "2 replicas", "L2-batched": "2 replicas × 4 sequences per decode"}
+
+
+def _vs_llama_server(get: Any) -> list[TargetRow]:
+    """Issue 13's goals against llama.cpp's own server: tokens/s at least 1.0x and TTFT p50 at most 1.1x, on
+    new prompts and on a repeated long opening (prompt caches)."""
+    rows: list[TargetRow] = []
+    for scenario, what in (("llama-server", "new prompts"), ("llama-server-repeat", "repeated opening")):
+        for level in (1, 8):
+            peer = get(scenario, "llama-server", level)
+            for target, label in LLAMA_SERVER_LABELS.items():
+                ours = get(scenario, target, level)
+                if not (peer and ours):
+                    continue
+                name = f"vs llama-server, {what}, c={level}, {label}"
+                if scenario == "llama-server":
+                    a, b = ours["output_throughput"], peer["output_throughput"]
+                    r = _ratio(a, b)
+                    rows.append(
+                        TargetRow(
+                            f"{name}: tokens/s", "≥ 1.0×", f"{a:.1f} vs {b:.1f} tok/s = {r:.2f}×", r >= 1.0
+                        )
+                    )
+                a, b = ours["ttft_ms"]["p50"], peer["ttft_ms"]["p50"]
+                r = _ratio(a, b)
+                rows.append(
+                    TargetRow(f"{name}: TTFT p50", "≤ 1.1×", f"{a:,.0f} vs {b:,.0f} ms = {r:.2f}×", r <= 1.1)
+                )
     return rows
 
 

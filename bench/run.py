@@ -17,7 +17,7 @@ from typing import Any
 
 from backends.engines.base import Engine
 from backends.engines.model_files import resolve_model_file
-from bench import plan, rerank, servers
+from bench import llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
@@ -47,7 +47,8 @@ class Targets:
         if target == "L2-batched":
             target, body = "L2", {**body, "model": plan.BATCHED_MODEL}
         base = self.urls["bare"] + "/joined" if target == "bare-joined" else self.urls[target]
-        return http_worker_factory(base + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS))
+        unique = workload in plan.UNIQUE
+        return http_worker_factory(base + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS, unique))
 
 
 def _llama_settings() -> tuple[Path, dict[str, Any]]:
@@ -55,6 +56,34 @@ def _llama_settings() -> tuple[Path, dict[str, Any]]:
     model = next(m for m in config.models if m.name == plan.LLAMA_MODEL)
     assert model.source is not None
     return resolve_model_file(model.source), model.engine
+
+
+def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
+    """llama-server on the cores the batched Raygate target uses: its replicas' threads together
+    (at most the machine's), for prefill and decode, with 8 slots of `n_ctx` tokens each."""
+    config = load_config(CONFIG)
+    model = next(m for m in config.models if m.name == plan.BATCHED_MODEL)
+    threads = min(os.cpu_count() or 1, model.replicas * int(model.engine.get("n_threads", 1)))
+    slots = plan.LLAMA_SERVER_SLOTS
+    return [
+        str(llama_server.binary()),
+        "--model",
+        str(gguf),
+        "--alias",
+        plan.LLAMA_MODEL,
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--parallel",
+        str(slots),
+        "--ctx-size",
+        str(n_ctx * slots),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        servers.PORT,
+    ]
 
 
 @contextlib.contextmanager
@@ -89,7 +118,15 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
         ],
         "bare": [py, "-m", "bench.bare_app", "--port", servers.PORT],
     }
-    health = {"L1": "/health", "L2": "/health", "peer": "/v1/models", "bare": "/health"}
+    if "llama-server" in needed:
+        commands["llama-server"] = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
+    health = {
+        "L1": "/health",
+        "L2": "/health",
+        "peer": "/v1/models",
+        "bare": "/health",
+        "llama-server": "/health",
+    }
     # The gateway must start its own Ray, never attach to another session's cluster.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     targets = Targets(llama_threads=threads)

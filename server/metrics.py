@@ -8,9 +8,12 @@ name, which a second app in one process (tests) would trigger.
 
 from __future__ import annotations
 
+import asyncio
+
 from aioprometheus import Counter, Gauge, Histogram, Registry, render
 
 from backends.cluster.router import ModelRouter
+from backends.engines.base import EngineStats
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so the histograms line up with its dashboards.
 TTFT_BUCKETS = (
@@ -161,6 +164,15 @@ class GatewayMetrics:
             registry=r,
         )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)
+        # The llama.cpp engines' prompt cache, summed over the model's ready replicas at scrape time.
+        self.prompt_cache = {
+            field: Counter(f"{PREFIX}{field}", help_, registry=r)
+            for field, help_ in (
+                ("prompt_cache_hits_total", "Requests whose prompt reused a cached prefix."),
+                ("prompt_cache_misses_total", "Requests whose prompt was evaluated whole."),
+                ("prompt_cache_reused_tokens_total", "Prompt tokens taken from the prompt cache."),
+            )
+        }
 
     def set_queue(self, model: str, running: int, waiting: int) -> None:
         labels = {"model_name": model}
@@ -179,6 +191,20 @@ class GatewayMetrics:
             if router.config.routing.policy == "prefix_affinity":
                 for outcome in ("hit", "fallback", "miss"):
                     self.affinity.set({**labels, "outcome": outcome}, getattr(router.affinity, outcome))
+
+    async def observe_engines(self, routers: list[ModelRouter], timeout: float = 2.0) -> None:
+        """Engine counters live in the replicas: ask each ready one, and sum them per model. A
+        replica that does not answer within `timeout` is left out of this scrape."""
+        for router in routers:
+            calls = [replica.actor.stats.remote() for replica in router.replicas]
+            try:
+                done = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout)
+            except TimeoutError:
+                continue
+            stats = [s for s in done if isinstance(s, EngineStats)]
+            labels = {"model_name": router.config.name}
+            for field, counter in self.prompt_cache.items():
+                counter.set(labels, sum(getattr(s, field) for s in stats))
 
     def render(self, accept: list[str]) -> tuple[bytes, dict[str, str]]:
         content, headers = render(self.registry, accept)

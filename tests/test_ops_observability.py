@@ -40,6 +40,10 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     assert metric(after, "raygate:replicas_ready", **labels) == 2
     assert metric(after, "raygate:replicas_ready", model_name=EMBED_MODEL) == 1
     assert metric(after, "raygate:replica_restarts_total", **labels) == 0
+    # The llama.cpp engine looked the prompt up in its prompt cache: one hit or one miss.
+    looked_up = grew("raygate:prompt_cache_hits_total") + grew("raygate:prompt_cache_misses_total")
+    assert looked_up == 1
+    assert grew("raygate:prompt_cache_reused_tokens_total") <= r.usage.prompt_tokens
     # vLLM's bucket layout, rendered as a Prometheus histogram.
     assert metric(after, "raygate:time_to_first_token_seconds_bucket", **labels, le="+Inf") is not None
 

@@ -96,8 +96,21 @@ class EngineStats:
     requests_total: int = 0
     aborted_total: int = 0
     tokens_generated_total: int = 0
+    # The prompt cache (llama.cpp engines): requests that reused a cached prefix (hits) or
+    # evaluated their whole prompt (misses), and the prompt tokens taken from the cache.
+    prompt_cache_hits_total: int = 0
+    prompt_cache_misses_total: int = 0
+    prompt_cache_reused_tokens_total: int = 0
     # Engine request ids in flight: the gateway prefixes them with the HTTP X-Request-Id.
     running_ids: tuple[str, ...] = ()
+
+    def count_prompt_cache(self, reused: int) -> None:
+        """One prompt looked up in the cache; `reused` of its tokens were already evaluated."""
+        if reused > 0:
+            self.prompt_cache_hits_total += 1
+            self.prompt_cache_reused_tokens_total += reused
+        else:
+            self.prompt_cache_misses_total += 1
 
 
 @dataclass(eq=False, slots=True)

@@ -40,6 +40,7 @@ async def metrics(request: Request) -> Response:
     gateway_metrics: GatewayMetrics = request.app.state.metrics
     cluster: ControllerClient = request.app.state.cluster
     gateway_metrics.observe_replicas(cluster.routers())
+    await gateway_metrics.observe_engines(cluster.routers())
     lifecycle: Lifecycle = request.app.state.lifecycle
     gateway_metrics.draining.set({}, int(lifecycle.draining))
     content, headers = gateway_metrics.render(request.headers.getlist("accept"))

@@ -7,9 +7,15 @@ once per call), so one replica serves several streams for little more than the p
 
 How: one scheduler thread owns a context with `n_seq_max` KV sequences (one per slot, `n_ctx`
 tokens each). Every `llama_decode` carries the next token of each running sequence first, then
-prompt chunks of newly admitted ones; sequences join and leave between decodes. Each slot remembers
-the tokens in its KV cache, and a new prompt goes to the free slot sharing the longest prefix with
-it, which is then reused (as `Llama.generate` does for its single sequence).
+prompt chunks of newly admitted ones; sequences join and leave between decodes.
+
+The slots are also a prompt cache, as llama-server's are: each remembers the tokens in its KV
+cache after its request ends, and a new prompt goes to the free slot sharing the longest prefix
+with it (a repeated system prompt, the earlier turns of a conversation), evaluating only the rest.
+A slot is only taken for its prefix when that prefix is most of what it holds (`SIMILARITY`);
+otherwise the least recently used free slot is, so one short shared opening (a chat template's
+default system prompt) does not evict a long conversation another client is about to continue.
+`engine: {prompt_cache: false}` evaluates every prompt whole (greedy output is the same).
 
 Everything per request is shared with the one-sequence engine, as objects both hold rather than
 by inheritance: the prompt side (`model.LlamaModel`: chat template, fill-in-the-middle, the
@@ -31,6 +37,7 @@ a sequence asks for them on each prompt token it feeds, and does not reuse a cac
 from __future__ import annotations
 
 import asyncio
+import itertools
 import queue
 import threading
 import time
@@ -40,7 +47,7 @@ from typing import Any
 
 from backends.engines.base import loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
-from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, decode_error
+from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
@@ -56,6 +63,9 @@ from protocol.generation import (
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
+# A slot is chosen for its cached prefix only if that prefix is at least this share of what the
+# slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
+SIMILARITY = 0.5
 # Deltas a sequence may run ahead of its stream's reader before it is paused.
 MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
@@ -90,7 +100,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
     def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
         super().__init__()
-        kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}
+        kwargs, self._prompt_cache = llama_kwargs(engine_kwargs)
         self._n_seq = int(kwargs.pop("n_seq_max"))
         self._seq_ctx = int(kwargs.pop("n_ctx"))
         self._n_batch = int(kwargs.pop("n_batch", 512))
@@ -99,6 +109,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._incoming: queue.SimpleQueue[_Sequence] = queue.SimpleQueue()
         self._model: LlamaModel | None = None
         self._ctx: Any = None
+        self._clock = itertools.count(1)
 
     async def start(self) -> None:
         import llama_cpp
@@ -147,9 +158,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
         batch = _internals.LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
         cached: list[list[int]] = [[] for _ in range(self._n_seq)]
+        used = [0] * self._n_seq  # when each slot last took a request (LRU)
         running: dict[int, _Sequence] = {}
         while True:
-            self._admit(running, cached)
+            self._admit(running, cached, used)
             for slot, seq in list(running.items()):
                 if seq.cancel.is_set():
                     self._finish(seq, "abort")
@@ -215,7 +227,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
         return llama_cpp
 
-    def _admit(self, running: dict[int, _Sequence], cached: list[list[int]]) -> None:
+    def _admit(self, running: dict[int, _Sequence], cached: list[list[int]], used: list[int]) -> None:
         """Take waiting sequences into free slots; block only when nothing runs."""
         while len(running) < self._n_seq:
             try:
@@ -226,17 +238,30 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._finish(seq, "abort")
                 continue
             free = [s for s in range(self._n_seq) if s not in running]
-            slot = max(free, key=lambda s: _common_prefix(cached[s], seq.prompt))
+            slot = self._pick_slot(free, cached, used, seq.prompt)
             # Prompt logprobs need every position's logits: nothing cached can be reused.
-            shared = 0 if seq.prompt_top is not None else _common_prefix(cached[slot], seq.prompt)
+            reuse = self._prompt_cache and seq.prompt_top is None
+            shared = _common_prefix(cached[slot], seq.prompt) if reuse else 0
             # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
             keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
+            used[slot] = next(self._clock)
             seq.slot, seq.fed = slot, keep
             seq.out.builder.cached_tokens = keep
+            if seq.prompt_top is None:
+                self._stats.count_prompt_cache(keep)
             running[slot] = seq
+
+    @staticmethod
+    def _pick_slot(free: list[int], cached: list[list[int]], used: list[int], prompt: list[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with `prompt`, if that
+        prefix is most of what the slot holds (`SIMILARITY`); else the least recently used."""
+        lru = min(free, key=lambda s: used[s])
+        best = max(free, key=lambda s: (_common_prefix(cached[s], prompt), -used[s]))
+        shared = _common_prefix(cached[best], prompt)
+        return best if shared > 0 and shared >= SIMILARITY * len(cached[best]) else lru
 
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]

@@ -22,7 +22,13 @@ from typing import Any
 
 from backends.engines.base import check_token_ids, loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
-from backends.engines.llama_cpp.model import DEFAULT_ENGINE_KWARGS, LlamaModel, Prepared, decode_error
+from backends.engines.llama_cpp.model import (
+    DEFAULT_ENGINE_KWARGS,
+    LlamaModel,
+    Prepared,
+    decode_error,
+    llama_kwargs,
+)
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
@@ -55,7 +61,8 @@ class LlamaCppEngine(LlamaModelEngine):
         self._model_path = model_path
         self._embedding = embedding or rank
         self._rank = rank
-        self._kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs, "verbose": False}
+        kwargs, self._prompt_cache = llama_kwargs(engine_kwargs)
+        self._kwargs = {**kwargs, "verbose": False}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None
 
@@ -125,7 +132,9 @@ class LlamaCppEngine(LlamaModelEngine):
                 llm, job.prompt, sampling.prompt_logprobs
             )
         else:
-            seq.builder.cached_tokens = sampling_lib.prefill(llm, job.prompt)
+            reused = sampling_lib.prefill(llm, job.prompt, reuse=self._prompt_cache)
+            seq.builder.cached_tokens = reused
+            self._stats.count_prompt_cache(reused)
         ctx = llm._ctx.ctx
         while not cancel.is_set():
             token = job.sampler.sample(ctx)

@@ -28,7 +28,20 @@ from protocol.generation import (
 
 # Defaults chosen for a shared CPU box: one thread per replica keeps generation steady when other
 # replicas run (with 2 threads it collapses 5-8x under contention, measured on 2 cores).
-DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1, "n_threads_batch": 1}
+DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1}
+
+
+def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The `engine:` settings as `Llama(...)` takes them, and whether the prompt cache is on
+    (`prompt_cache`, default true: our key, not llama.cpp's).
+
+    Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
+    llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
+    of a two-thread replica (llama-server's `-tb` defaults to `-t` too)."""
+    kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}
+    prompt_cache = bool(kwargs.pop("prompt_cache", True))
+    kwargs.setdefault("n_threads_batch", kwargs["n_threads"])
+    return kwargs, prompt_cache
 
 
 @dataclass(slots=True)

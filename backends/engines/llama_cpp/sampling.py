@@ -340,15 +340,15 @@ def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[Tok
     return scored
 
 
-def prefill(llm: Any, tokens: list[int]) -> int:
+def prefill(llm: Any, tokens: list[int], reuse: bool = True) -> int:
     """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
-    request (as `Llama.generate` does).
+    request (as `Llama.generate` does) unless `reuse` is off.
 
     At least `REEVALUATED` tokens are evaluated again: llama.cpp evaluates a lone token with other
     kernels than a batch, and its logits differ by up to 0.66 here (SmolLM2 Q8, measured), enough
     to flip a greedy answer between a fresh prompt and the same prompt served from the cache.
     Returns how many prompt tokens came from the cache."""
-    cached = llm.input_ids[: llm.n_tokens]
+    cached = llm.input_ids[: llm.n_tokens] if reuse else []
     shared = 0
     for a, b in zip(cached, tokens, strict=False):
         if a != b:

@@ -1,0 +1,73 @@
+"""llama.cpp's own `llama-server`, built from the llama.cpp sources the pinned llama-cpp-python
+vendors, so the peer runs exactly the kernels Raygate's engines run.
+
+    python -m bench.llama_server        # build (once; minutes) and print the binary's path
+
+The sdist comes from the package index (`pip download --no-binary`, which uses pip's cache), and
+the build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs
+find the binary and start at once. CPU flags are the Makefile's portable ones (`CMAKE_ARGS`,
+exported by `make`), with the server turned on; only the `llama-server` target is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from importlib import metadata
+from pathlib import Path
+
+log = logging.getLogger("bench")
+
+CACHE = Path.home() / ".cache" / "raygate" / "llama-server"
+# The Makefile's CMAKE_ARGS, for a run outside `make` (which exports its own).
+PORTABLE = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+# What the peer needs on top: the server and its tools, and nothing that downloads.
+SERVER = (
+    "-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+    "-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF "
+    "-DBUILD_SHARED_LIBS=OFF"
+)
+
+
+def cmake_args() -> list[str]:
+    """The Makefile's CPU flags, with the switches that would skip the server dropped."""
+    flags = shlex.split(os.environ.get("CMAKE_ARGS", PORTABLE))
+    ours = shlex.split(SERVER)
+    overridden = {a.split("=", 1)[0] for a in ours}
+    return [a for a in flags if a.split("=", 1)[0] not in overridden] + ours
+
+
+def binary(version: str | None = None) -> Path:
+    """The `llama-server` of llama-cpp-python `version` (the installed one by default), built
+    first if the cache has none."""
+    version = version or metadata.version("llama_cpp_python")
+    src = CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    exe = src / "build" / "bin" / "llama-server"
+    if exe.exists():
+        return exe
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.exists():
+        log.info("downloading the llama-cpp-python %s sdist", version)
+        pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps"]
+        subprocess.run([*pip, "-d", str(CACHE), f"llama-cpp-python=={version}"], check=True)
+    if not (src / "CMakeLists.txt").exists():
+        prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+            tar.extractall(CACHE, members=members, filter="data")
+    log.info("building llama-server %s (once; minutes)", version)
+    build = src / "build"
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *cmake_args()], check=True)
+    jobs = str(os.cpu_count() or 2)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True)
+    return exe
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    print(binary())
