@@ -76,9 +76,9 @@ def use_keys(page: Page, admin: str = ADMIN_KEY, api: str = API_KEY) -> None:
     page.click("#keys button[type=submit]")
 
 
-def shot(page: Page, name: str) -> None:
+def shot(page: Page, name: str, full_page: bool = False) -> None:
     if SCREENSHOTS is not None:
-        page.screenshot(path=str(SCREENSHOTS / f"ui-{name}.png"))
+        page.screenshot(path=str(SCREENSHOTS / f"ui-{name}.png"), full_page=full_page)
 
 
 def test_console_is_public_static_and_locked_down(console: GatewayProcess) -> None:
@@ -178,7 +178,7 @@ def test_deploy_scale_chat_undeploy(page: Page, console: GatewayProcess) -> None
     assert SYNTH not in {d["name"] for d in listed.json()["data"]}
 
 
-def test_playground_streams_a_real_chat_and_embeds(page: Page) -> None:
+def test_playground_streams_a_real_chat_embeds_and_reranks(page: Page) -> None:
     use_keys(page)
     page.click(".tab[data-page=playground]")
     page.locator("#chat-model").select_option(CHAT_MODEL)
@@ -209,7 +209,29 @@ def test_playground_streams_a_real_chat_and_embeds(page: Page) -> None:
     page.click("#embed-form button[type=submit]")
     expect(page.locator("#embed-result")).to_contain_text("384 dimensions", timeout=60_000)
     expect(page.locator("#embed-result")).to_contain_text("norm 1.000")
-    shot(page, "playground")
+
+    # Rerank: only embedding and rerank models are offered; the obvious answer comes first, and a
+    # document holding markup is shown as text.
+    offered = page.locator("#rerank-model option").all_inner_texts()
+    assert EMBED_MODEL in offered and CHAT_MODEL not in offered, offered
+    page.locator("#rerank-model").select_option(EMBED_MODEL)
+    page.fill("#rerank-form [name=query]", "What is the capital of France?")
+    documents = [
+        "Paris is the capital and largest city of France.",
+        "<b>Bananas</b> are a yellow fruit rich in potassium.",
+        "Football is a team sport played with a ball.",
+    ]
+    page.fill("#rerank-form [name=documents]", "\n".join(documents))
+    page.fill("#rerank-form [name=top_n]", "2")
+    page.click("#rerank-form button[type=submit]")
+    rows = page.locator("#rerank-result tbody tr")
+    expect(rows).to_have_count(2, timeout=60_000)
+    expect(rows.first.locator(".document")).to_have_text(documents[0])
+    expect(rows.first.locator(".index")).to_have_text("0")
+    scores = [float(s) for s in page.locator("#rerank-result .score").all_inner_texts()]
+    assert -1 <= scores[1] <= scores[0] <= 1, scores
+    assert page.locator("#rerank-result b").count() == 0
+    shot(page, "playground", full_page=True)
 
 
 def test_metrics_page_charts_the_traffic(page: Page, console: GatewayProcess) -> None:

@@ -70,3 +70,19 @@ export async function* sse(response) {
     }
   }
 }
+
+// A page's refresh run now and then every `ms` while the page is shown: one timer per page, so the
+// `start`/`stop` that app.js calls on a tab change never leave a second one behind.
+export function poller(refresh, ms) {
+  let timer = null;
+  const stop = () => {
+    clearInterval(timer);
+    timer = null;
+  };
+  const start = () => {
+    stop();
+    refresh();
+    timer = setInterval(refresh, ms);
+  };
+  return { start, stop };
+}

@@ -1,11 +1,10 @@
 // Metrics: per model, the last minutes of requests/s, tokens/s, TTFT p50/p95, running/waiting
 // and replicas ready, from GET /admin/metrics; redrawn every 5 s.
-import { call } from "./api.js";
+import { call, poller } from "./api.js";
 import { lineChart } from "./chart.js";
 import { clearError, el, fillSelect, showError } from "./dom.js";
 
 const REFRESH_MS = 5000;
-let timer = null;
 let last = null;
 
 const CHARTS = [
@@ -34,15 +33,7 @@ export function setup() {
   document.getElementById("metrics-model").addEventListener("change", draw);
 }
 
-export function start() {
-  refresh();
-  timer = setInterval(refresh, REFRESH_MS);
-}
-
-export function stop() {
-  clearInterval(timer);
-  timer = null;
-}
+export const { start, stop } = poller(refresh, REFRESH_MS);
 
 async function refresh() {
   try {

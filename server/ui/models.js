@@ -1,25 +1,16 @@
 // Models: every deployment with its state and replicas, refreshed every 2 s; deploy, scale and
 // undeploy through /admin.
-import { call } from "./api.js";
+import { call, poller } from "./api.js";
 import { clearError, el, setText, showError } from "./dom.js";
 
 const REFRESH_MS = 2000;
 const cards = new Map(); // deployment name -> its card's nodes, kept across refreshes
-let timer = null;
 
 export function setup() {
   document.getElementById("deploy-form").addEventListener("submit", deploy);
 }
 
-export function start() {
-  refresh();
-  timer = setInterval(refresh, REFRESH_MS);
-}
-
-export function stop() {
-  clearInterval(timer);
-  timer = null;
-}
+export const { start, stop } = poller(refresh, REFRESH_MS);
 
 async function refresh() {
   let list;

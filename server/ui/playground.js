@@ -1,5 +1,5 @@
-// Playground: a streamed chat (TTFT and tokens/s measured in the page) and an embeddings try-out,
-// through /v1 with the API key from the header.
+// Playground: a streamed chat (TTFT and tokens/s measured in the page), an embeddings try-out and
+// a rerank try-out, through /v1 with the API key from the header.
 import { call, sse } from "./api.js";
 import { el, fillSelect, setText, showError, clearError } from "./dom.js";
 
@@ -15,7 +15,11 @@ export function setup() {
     setText(document.getElementById("chat-stats"), "");
   });
   document.getElementById("embed-form").addEventListener("submit", embed);
+  document.getElementById("rerank-form").addEventListener("submit", rerank);
 }
+
+// Rerank answers on embedding models (by cosine) and cross-encoders, never on a chat model.
+const RERANKS = new Set(["embed", "rerank"]);
 
 export async function start() {
   try {
@@ -23,6 +27,7 @@ export async function start() {
     const ids = list.data.map((m) => m.id);
     fillSelect(document.getElementById("chat-model"), ids);
     fillSelect(document.getElementById("embed-model"), ids);
+    fillSelect(document.getElementById("rerank-model"), list.data.filter((m) => RERANKS.has(m.task)).map((m) => m.id));
     clearError();
   } catch (error) {
     showError(`Cannot list models: ${error.message}`);
@@ -124,5 +129,33 @@ async function embed(event) {
   } catch (error) {
     out.classList.add("error");
     setText(out, error.message);
+  }
+}
+
+async function rerank(event) {
+  event.preventDefault();
+  const f = new FormData(event.target);
+  const out = document.getElementById("rerank-result");
+  const documents = String(f.get("documents")).split("\n").map((d) => d.trim()).filter(Boolean);
+  const topN = String(f.get("top_n") || "").trim();
+  const body = { model: String(f.get("model")), query: String(f.get("query")), documents };
+  if (topN) body.top_n = Number(topN);
+  out.replaceChildren(el("p", { class: "hint", text: "reranking…" }));
+  try {
+    const result = await call("api", "/v1/rerank", { method: "POST", body });
+    const head = el("tr", {}, ...["#", "index", "score", "document"].map((h) => el("th", { text: h })));
+    const rows = result.results.map((r, rank) =>
+      el(
+        "tr",
+        {},
+        el("td", { text: rank + 1 }),
+        el("td", { class: "index", text: r.index }),
+        el("td", { class: "score", text: r.relevance_score.toFixed(4) }),
+        el("td", { class: "document", text: r.document ? r.document.text : documents[r.index] }),
+      ),
+    );
+    out.replaceChildren(el("table", { class: "ranking" }, el("thead", {}, head), el("tbody", {}, ...rows)));
+  } catch (error) {
+    out.replaceChildren(el("p", { class: "error", text: error.message }));
   }
 }
