@@ -38,11 +38,14 @@ TASK_ABILITY: dict[str, list[Ability]] = {
 TASK_MODEL_TYPE: dict[str, str] = {task: model_type for model_type, task in MODEL_TYPE_TASK.items()}
 
 # What Raygate can run, as Xinference names engines and formats: a GGUF on llama.cpp, a Hugging
-# Face folder on vLLM. Engine names are compared case-insensitively (`llama.cpp`, `vLLM`).
+# Face folder on vLLM. Keys are spelled as Xinference spells them (what `GET /v1/models/{uid}`
+# answers in `model_engine`); a launch's engine is matched case-insensitively (`ENGINE_NAMES`).
 ENGINE_FORMATS: dict[str, tuple[str, str]] = {
     "llama.cpp": ("ggufv2", "llama_cpp"),
-    "vllm": ("pytorch", "vllm"),
+    "vLLM": ("pytorch", "vllm"),
 }
+ENGINE_NAMES: dict[str, str] = {engine.lower(): engine for engine in ENGINE_FORMATS}
+ENGINE_OF_BACKEND: dict[str, str] = {backend: engine for engine, (_, backend) in ENGINE_FORMATS.items()}
 FORMAT_ENGINE: dict[str, str] = {fmt: engine for engine, (fmt, _) in ENGINE_FORMATS.items()}
 SUPPORTED = "llama.cpp for `ggufv2` (a GGUF file), vLLM for `pytorch` (a Hugging Face folder)"
 

@@ -1,6 +1,7 @@
 """Rerank and score (`/v1/rerank`, `/rerank`, `/v2/rerank`, `/v1/score`): the embedding model by
 cosine similarity, a cross-encoder GGUF on llama.cpp held to transformers' logits, the clients
-people point at them (Cohere's SDK, Xinference's rerank handle, curl), and the refusals."""
+people point at them (Cohere's SDK, curl; Xinference's client is in test_xinference.py), and the
+refusals."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 import cohere
 import httpx
 import pytest
-from xinference_client.client.restful.restful_client import RESTfulRerankModelHandle
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.admin import settled_ready, wait_deployment
@@ -142,19 +142,6 @@ def test_cohere_sdk_v1_and_v2(default_gateway: GatewayProcess) -> None:
         out1 = v1.rerank(model=EMBED_MODEL, query=QUERY, documents=DOCS, return_documents=True)
         assert out1.results[0].index == BEST
         assert out1.results[0].document is not None and out1.results[0].document.text == DOCS[BEST]
-
-
-def test_xinference_rerank_handle(default_gateway: GatewayProcess) -> None:
-    """Xinference's client handle posts to `/v1/rerank` with nulls for what it was not asked."""
-    handle = RESTfulRerankModelHandle(EMBED_MODEL, default_gateway.url, {})
-    try:
-        out = handle.rerank(DOCS, QUERY, top_n=2)
-        assert out["results"][0]["index"] == BEST and len(out["results"]) == 2
-        assert "document" not in out["results"][0]  # return_documents=None: not asked
-        with_docs = handle.rerank(DOCS, QUERY, return_documents=True)
-        assert with_docs["results"][0]["document"]["text"] == DOCS[BEST]
-    finally:
-        handle.close()
 
 
 def test_curl(default_gateway: GatewayProcess) -> None:

@@ -11,6 +11,7 @@ The chat family is SmolLM2's GGUF with its chat template removed (built once, ca
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from backends.engines.model_files import resolve_model_file
 from protocol.config import ModelSource
 from tests.support.admin import raygate, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.rerank import LOGIT_TOLERANCE, reference_logits, tiny_reranker
 
 pytestmark = pytest.mark.slow
 
@@ -296,3 +298,74 @@ def test_persisted_registrations_survive_a_controller_restart(xgw: tuple[Gateway
     assert "smollm2-135m-instruct" in names
     admin.unregister_model("LLM", "xi-kept")
     assert json.loads((state_dir / "registrations.json").read_text())["registrations"] == []
+
+
+RERANK_DOCS = [
+    "The stock market fell sharply today.",
+    "Paris is the capital and largest city of France.",
+    "Bananas are a yellow tropical fruit.",
+]
+
+
+def test_rerank_models_launched_and_driven_through_the_client(xgw: tuple[GatewayProcess, Path]) -> None:
+    """`launch_model(model_type="rerank")` → `get_model(uid)` is Xinference's rerank handle: the
+    built-in embedding model (cosine, described as such) ranks obvious pairs, and a registered
+    cross-encoder GGUF (the tiny random-weight one) scores as transformers does."""
+    gw, _ = xgw
+    admin = RESTfulClient(gw.url, api_key=ADMIN_KEY)
+    user = RESTfulClient(gw.url, api_key=USER_KEY)
+    builtins = {r["model_name"]: r for r in admin.list_model_registrations("rerank", detailed=True)}
+    cosine = builtins["all-minilm-l6-v2"]
+    assert cosine["is_builtin"] and cosine["model_ability"] == ["rerank"]
+    assert "not a cross-encoder" in cosine["model_description"]
+
+    uid = admin.launch_model("all-minilm-l6-v2", model_type="rerank", model_uid="xi-rerank")
+    desc = admin.describe_model(uid)
+    assert desc["model_type"] == "rerank" and desc["model_ability"] == ["rerank"] and desc["task"] == "embed"
+    handle = user.get_model(uid)
+    assert type(handle).__name__ == "RESTfulRerankModelHandle"
+    for query, best in (("What is the capital of France?", 1), ("Which fruit is yellow?", 2)):
+        out = handle.rerank(RERANK_DOCS, query, top_n=2)
+        assert out["results"][0]["index"] == best and len(out["results"]) == 2, out
+        assert out["results"][0]["relevance_score"] > out["results"][1]["relevance_score"]
+        assert "document" not in out["results"][0]  # return_documents=None: not asked for
+    with_docs = handle.rerank(RERANK_DOCS, "What is the capital of France?", return_documents=True)
+    assert with_docs["results"][0]["document"]["text"] == RERANK_DOCS[1]
+    assert sorted(r["index"] for r in with_docs["results"]) == [0, 1, 2]  # each document once
+    admin.terminate_model(uid)
+
+    # A user's cross-encoder: a GGUF registered as a rerank family, launched on llama.cpp.
+    gguf = Path(tiny_reranker()["gguf"])
+    quant = gguf.name.split(".")[-2]
+    family = {
+        "version": 1,
+        "model_name": "xi-cross-encoder",
+        "model_ability": ["rerank"],
+        "max_tokens": 512,
+        "model_specs": [
+            {
+                "model_format": "ggufv2",
+                "quantizations": [quant],
+                "model_file_name_template": gguf.name.replace(quant, "{quantization}"),
+                "model_uri": f"file://{gguf.parent}",
+            }
+        ],
+    }
+    admin.register_model("rerank", json.dumps(family), persist=False)
+    try:
+        uid = admin.launch_model(
+            "xi-cross-encoder", model_type="rerank", model_engine="llama.cpp", n_threads=1
+        )
+        assert admin.describe_model(uid)["task"] == "rerank"
+        query = "What is the capital of France?"
+        want = reference_logits(query, RERANK_DOCS)
+        got = user.get_model(uid).rerank(RERANK_DOCS, query)["results"]
+        order = sorted(range(3), key=lambda i: -want[i])
+        assert [r["index"] for r in got] == order
+        sigmoid = [1 / (1 + math.exp(-want[i])) for i in order]
+        assert [r["relevance_score"] for r in got] == pytest.approx(sigmoid, abs=LOGIT_TOLERANCE / 4)
+        admin.terminate_model(uid)
+    finally:
+        if "xi-cross-encoder" in admin.list_models():
+            admin.terminate_model("xi-cross-encoder")
+        admin.unregister_model("rerank", "xi-cross-encoder")

@@ -2,9 +2,10 @@
 
 A registration is a model family (protocol/xinference.py `ModelFamily`): a name and the specs of
 the files that can serve it. Built-in ones describe what Raygate can load offline (the default
-models, from `models/default.yaml`); user ones come from `POST /v1/model_registrations`, and those
-registered with `persist: true` are written to `<state_dir>/registrations.json` (the registry
-file's atomic writer) and come back with the controller.
+models, from `models/default.yaml`; an embedding model is also a `rerank` one, by cosine); user
+ones come from `POST /v1/model_registrations`, and those registered with `persist: true` are
+written to `<state_dir>/registrations.json` (the registry file's atomic writer) and come back with
+the controller.
 
 Launching a registration builds an ordinary deployment spec (`launch_spec`): the registry knows
 nothing of Xinference beyond the `origin` the spec carries. Every check runs before anything is
@@ -28,6 +29,7 @@ from protocol.config import LaunchOrigin, ModelConfig, ModelSource
 from protocol.errors import BadRequestError, ModelNotFoundError
 from protocol.xinference import (
     ENGINE_FORMATS,
+    ENGINE_NAMES,
     FORMAT_ENGINE,
     MODEL_TYPE_TASK,
     SUPPORTED,
@@ -112,14 +114,15 @@ def spec_file(spec: ModelSpec, quantization: str) -> Path:
         raise _bad(f"The files of this family do not exist: {exc}") from None
 
 
-def builtin_registration(spec: ModelConfig) -> Registration | None:
-    """A default model as a built-in family, or None when its weights are not on this node."""
+def builtin_registrations(spec: ModelConfig) -> list[Registration]:
+    """A default model as built-in families (none when its weights are not on this node): its own
+    type's, and for an embedding model also a `rerank` one (`cosine_rerank_family`)."""
     if spec.source is None or spec.backend not in ("llama_cpp", "vllm") or spec.task not in TASK_MODEL_TYPE:
-        return None
+        return []
     try:
         path = resolve_model_file(spec.source, folder=spec.backend == "vllm")
     except ModelFileError:
-        return None
+        return []
     quant = _QUANT.search(path.name)
     size = _SIZE.search(path.name)
     n_ctx = spec.engine.get("n_ctx")
@@ -145,7 +148,27 @@ def builtin_registration(spec: ModelConfig) -> Registration | None:
             )
         ],
     )
-    return Registration(TASK_MODEL_TYPE[spec.task], family, base=spec)
+    regs = [Registration(TASK_MODEL_TYPE[spec.task], family, base=spec)]
+    if spec.task == "embed" and "rerank" in MODEL_TYPE_TASK:
+        regs.append(Registration("rerank", cosine_rerank_family(family, path.name), base=spec))
+    return regs
+
+
+def cosine_rerank_family(embedding: ModelFamily, file_name: str) -> ModelFamily:
+    """The embedding model as Xinference's `rerank` type, under the same name. Raygate's rerank on
+    an embedding model scores by the cosine similarity of the two texts' vectors (README "Rerank and
+    score"): a bi-encoder, not the cross-encoder Xinference's rerank families are, and the
+    description says so. Launched, it is the same `task: embed` deployment; its `origin` says
+    `rerank`, so Xinference's client hands out its rerank handle for it."""
+    return embedding.model_copy(
+        update={
+            "model_ability": ["rerank"],
+            "model_description": (
+                f"Raygate default embedding model ({file_name}) reranking by the cosine similarity "
+                "of query and document embeddings (a bi-encoder, not a cross-encoder): scores in [-1, 1]."
+            ),
+        }
+    )
 
 
 def _size_label(match: re.Match[str]) -> str | int:
@@ -182,8 +205,7 @@ class Registrations:
         self._state_dir = state_dir
         self._entries: dict[tuple[str, str], Registration] = {}
         for spec in builtins:
-            reg = builtin_registration(spec)
-            if reg is not None:
+            for reg in builtin_registrations(spec):
                 self._entries[(reg.model_type, reg.family.model_name)] = reg
         for reg in load_registrations(state_dir) if state_dir is not None else []:
             self._entries.setdefault((reg.model_type, reg.family.model_name), reg)
@@ -355,8 +377,10 @@ class Registrations:
         what the family offers when none does."""
         fmt = req.model_format
         if req.model_engine is not None:
-            engine = req.model_engine.lower().replace("_", ".").replace("llamacpp", "llama.cpp")
-            if engine not in ENGINE_FORMATS:
+            engine = ENGINE_NAMES.get(
+                req.model_engine.lower().replace("_", ".").replace("llamacpp", "llama.cpp"), ""
+            )
+            if not engine:
                 raise _bad(
                     f"Raygate cannot run engine `{req.model_engine[:32]}`; it runs {SUPPORTED}.",
                     "model_engine",

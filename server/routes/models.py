@@ -8,7 +8,13 @@ from fastapi import APIRouter, Request
 from backends.cluster.controller_client import ControllerClient
 from protocol.extensions import supported_extensions
 from protocol.models import ModelCard, ModelList
-from protocol.xinference import ENGINE_FORMATS, TASK_ABILITY, TASK_MODEL_TYPE, XinferenceModelCard
+from protocol.xinference import (
+    ENGINE_FORMATS,
+    ENGINE_OF_BACKEND,
+    TASK_ABILITY,
+    TASK_MODEL_TYPE,
+    XinferenceModelCard,
+)
 from server.auth import check_model_access
 from server.context import request_context
 
@@ -42,7 +48,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
     config = router.config
     check_model_access(request_context(request).key, config.ids)
     origin = config.origin
-    engine = "vllm" if config.backend == "vllm" else "llama.cpp"
+    engine = ENGINE_OF_BACKEND.get(config.backend, config.backend)
     generates = config.task == "generate"
     return XinferenceModelCard(
         id=model_id,

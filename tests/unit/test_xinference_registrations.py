@@ -128,6 +128,18 @@ def test_refusals_store_nothing_and_persisted_ones_come_back(tmp_path: Path) -> 
         == builtin.source
     )
 
+    # The embedding built-in is also a `rerank` one (cosine, and it says so): the same deployment,
+    # remembered as rerank so that Xinference's client hands out its rerank handle.
+    rerank = regs.get("rerank", "builtin-embed")
+    assert rerank.family.model_ability == ["rerank"] and "not a cross-encoder" in str(
+        rerank.family.model_description
+    )
+    assert [r["model_name"] for r in regs.list("rerank", detailed=False)] == ["builtin-embed"]
+    cosine = regs.launch_spec(LaunchRequest(model_name="builtin-embed", model_type="rerank", model_uid="r1"))
+    assert cosine.task == "embed" and cosine.source == builtin.source
+    assert cosine.origin is not None and cosine.origin.model_type == "rerank"
+    assert cosine.origin.model_ability == ["rerank"] and cosine.origin.model_engine == "llama.cpp"
+
     # A new controller reads the persisted family back; an unpersisted one would be gone.
     again = Registrations(tmp_path, [builtin])
     assert {r["model_name"] for r in again.list("embedding", detailed=False)} == {"builtin-embed", "mine"}
