@@ -28,6 +28,7 @@ from backends.engines.model_files import anchor_source
 from protocol.config import ModelConfig
 from protocol.errors import ModelNotFoundError
 from protocol.generation import Delta, GenerateRequest
+from protocol.sampling_defaults import SamplingDefaults
 from server.admission import Admission
 from server.auth import KeyStore
 from server.errors import install_error_handlers
@@ -47,6 +48,10 @@ class InProcessRouter:
         self._engines = engines
         self._inflight = [0] * len(engines)
         self._tiebreak = itertools.count()
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        """The deployment's `defaults:` (no replica here reads a generation config)."""
+        return self.config.defaults
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         low = min(self._inflight)
