@@ -92,6 +92,8 @@ def test_bad_scale_update_and_undeploy(gateway: GatewayProcess) -> None:
     assert deployments(url)[EMBED_MODEL]["desired"] == 1
 
 
+# Four life-cycle steps with streams running throughout: ~5 min on two busy cores, past the default limit.
+@pytest.mark.timeout(900)
 def test_deploy_serve_scale_undeploy_with_streams_throughout(gateway: GatewayProcess) -> None:
     url, base_url, name = gateway.url, f"{gateway.url}/v1", "lc-api-chat"
     t0 = time.monotonic()
