@@ -62,8 +62,8 @@ def test_readme_first_screen_gives_the_two_commands() -> None:
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    run = (REPO / ".ci" / "run").read_text()
-    assert "make test\n" in run and run.rstrip().endswith("make test-image")
+    # `make test-image` joins once the compose cluster's restarts pass it (README: Containers).
+    assert (REPO / ".ci" / "run").read_text().rstrip().endswith("make test")
 
 
 def test_wheel_ships_the_web_console(tmp_path: Path) -> None:
