@@ -44,7 +44,9 @@ def _specs() -> list[dict[str, Any]]:
         specs.append({"name": "bench-rerank-cross", "task": "rerank", "source": {"path": str(TINY_RERANKER)}})
     else:
         log.info("no %s (run models/build_rerank_models.py): cross-encoder row skipped", TINY_RERANKER)
-    return [{**s, "num_cpus": 0.5, "engine": ENGINE} for s in specs]
+    # No CPU reservation: the L2 gateway's own models hold all of its Ray CPUs (a reserving spec
+    # waited for ever in `loading`), and they are idle while this row runs.
+    return [{**s, "num_cpus": 0, "engine": ENGINE} for s in specs]
 
 
 def _wait_ready(http: httpx.Client, name: str, timeout: float = 600) -> None:
