@@ -30,6 +30,15 @@ def _env_float(name: str, default: float | None) -> float | None:
     return float(value) if value else default
 
 
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raygate",
@@ -73,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(os.environ["RAYGATE_STATE_DIR"]) if os.environ.get("RAYGATE_STATE_DIR") else None,
+        default=_env_path("RAYGATE_STATE_DIR"),
         help="persist the model registry here and restore it on start; the config only seeds a new "
         "registry (env RAYGATE_STATE_DIR; default: not persisted)",
     )
@@ -93,23 +102,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--admin-key-file",
         type=Path,
-        default=Path(os.environ["RAYGATE_ADMIN_KEY_FILE"])
-        if os.environ.get("RAYGATE_ADMIN_KEY_FILE")
-        else None,
+        default=_env_path("RAYGATE_ADMIN_KEY_FILE"),
         help="read the admin key from this file, e.g. a Docker secret in /run/secrets (env "
         "RAYGATE_ADMIN_KEY_FILE); surrounding whitespace is ignored",
     )
     serve.add_argument(
         "--closed-admin",
         action="store_true",
-        default=os.environ.get("RAYGATE_CLOSED_ADMIN", "").lower() in ("1", "true", "yes"),
+        default=_env_flag("RAYGATE_CLOSED_ADMIN"),
         help="without an admin key, answer /admin with 403 instead of serving it open; allows any "
         "--host (env RAYGATE_CLOSED_ADMIN=1, the container image's default)",
     )
     serve.add_argument(
         "--allow-open-admin",
         action="store_true",
-        default=os.environ.get("RAYGATE_ALLOW_OPEN_ADMIN", "").lower() in ("1", "true", "yes"),
+        default=_env_flag("RAYGATE_ALLOW_OPEN_ADMIN"),
         help="listen beyond loopback with no admin key: anyone who can connect may deploy and remove "
         "models (env RAYGATE_ALLOW_OPEN_ADMIN=1; default: refuse to start that way)",
     )
@@ -170,9 +177,7 @@ def _add_operations_options(serve: argparse.ArgumentParser) -> None:
     ops.add_argument(
         "--api-keys-file",
         type=Path,
-        default=Path(os.environ["RAYGATE_API_KEYS_FILE"])
-        if os.environ.get("RAYGATE_API_KEYS_FILE")
-        else None,
+        default=_env_path("RAYGATE_API_KEYS_FILE"),
         help="YAML file of keys with optional per-key models and requests_per_minute "
         "(env RAYGATE_API_KEYS_FILE)",
     )
