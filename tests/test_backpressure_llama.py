@@ -12,6 +12,7 @@ the stalled sequence out of its decodes and keeps serving the others.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,50 +47,67 @@ def _stats(actor: Any) -> Any:
     return ray.get(actor.stats.remote(), timeout=60)
 
 
-def _stall_and_close(actor: Any, tag: str) -> tuple[int, Any]:
-    """Open a stream on `actor`, read its first batch, then nothing: returns the tokens made by
-    the time they stop, and the stream (still open)."""
+# Two cores busy with other work decode SmolLM2 at a few tokens a second: the engine may need a
+# minute or two to fill what may wait unread. Generous, and only a bound on a hang.
+STALL_DEADLINE_S = 600
+# The engine counts as stopped once its token count is unchanged for this long.
+STILL_S = 2.0
+
+
+@contextlib.contextmanager
+def stalled(actor: Any, tag: str) -> Iterator[tuple[int, Any]]:
+    """Open a stream on `actor`, read its first batch, then nothing: yields the tokens made by the
+    time they stop, and the stream (still open). The stream is cancelled on the way out whatever
+    happened, so a failed check never leaves the replica's decode waiting for a reader that the
+    next tests would queue behind."""
     before = _stats(actor)
     stream = actor.generate.options(
         num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
     ).remote(_request(tag))
-    first = ray.get(next(stream), timeout=120)
-    assert first and first[0].completion_tokens >= 1
-    counts = [_stats(actor).tokens_generated_total]
-    while len(counts) < 4 or counts[-1] != counts[-3]:  # unchanged for a second
-        time.sleep(0.5)
-        counts.append(_stats(actor).tokens_generated_total)
-        assert len(counts) < 120, f"the engine never stopped: {counts}"
-    made = counts[-1] - before.tokens_generated_total
-    assert any(i.startswith(f"{tag}/") for i in _stats(actor).running_ids)  # waiting, not ended
-    return made, stream
+    try:
+        first = ray.get(next(stream), timeout=120)
+        assert first and first[0].completion_tokens >= 1
+        deadline = time.monotonic() + STALL_DEADLINE_S
+        count, since = _stats(actor).tokens_generated_total, time.monotonic()
+        while time.monotonic() - since < STILL_S:
+            assert time.monotonic() < deadline, f"the engine never stopped: {count} tokens"
+            time.sleep(0.25)
+            now = _stats(actor).tokens_generated_total
+            if now != count:
+                count, since = now, time.monotonic()
+        made = count - before.tokens_generated_total
+        assert any(i.startswith(f"{tag}/") for i in _stats(actor).running_ids)  # waiting, not ended
+        yield made, stream
+    finally:
+        ray.cancel(stream)
 
 
-def _closed_and_aborted(actor: Any, stream: Any, tag: str, aborted_before: int) -> None:
-    ray.cancel(stream)
+def _aborted(actor: Any, tag: str, aborted_before: int) -> None:
+    """After the stream is cancelled: the request leaves the engine, counted as aborted."""
     wait_for(
         lambda: (
             _stats(actor).aborted_total == aborted_before + 1
             and not any(i.startswith(f"{tag}/") for i in _stats(actor).running_ids)
         ),
-        30,
+        120,
         0.1,
         "the stalled request to be aborted",
     )
 
 
+@pytest.mark.timeout(900)  # STALL_DEADLINE_S on two busy cores
 def test_the_decode_thread_waits_for_its_reader_and_closing_aborts(gateway: GatewayProcess) -> None:
     actor = replica_actors(CHAT_MODEL)[0]
     aborted = _stats(actor).aborted_total
-    made, stream = _stall_and_close(actor, "bp-one")
-    # Bounded by what may wait unread: Ray's window, the replica's pump, the engine's feed.
-    assert made < UNREAD_BATCHES * 64 + 64 + 64 + 8 < MAX_TOKENS, made
-    _closed_and_aborted(actor, stream, "bp-one", aborted)
+    with stalled(actor, "bp-one") as (made, _):
+        # Bounded by what may wait unread: Ray's window, the replica's pump, the engine's feed.
+        assert made < UNREAD_BATCHES * 64 + 64 + 64 + 8 < MAX_TOKENS, made
+    _aborted(actor, "bp-one", aborted)
     # The thread was released: the replica serves the next request.
     r = httpx.post(
         f"{gateway.url}/v1/completions",
         json={"model": CHAT_MODEL, "prompt": "Hi", "max_tokens": 3},
-        timeout=120,
+        timeout=300,
     )
     assert r.status_code == 200, r.text
 
@@ -101,17 +119,20 @@ def batched(gateway: GatewayProcess) -> Iterator[str]:
         yield name
 
 
+@pytest.mark.timeout(900)  # STALL_DEADLINE_S on two busy cores
 def test_the_batched_scheduler_pauses_a_stalled_sequence_and_serves_the_others(
     gateway: GatewayProcess, batched: str
 ) -> None:
     (actor,) = replica_actors(batched)
     aborted = _stats(actor).aborted_total
-    made, stream = _stall_and_close(actor, "bp-batched")
-    assert made < UNREAD_BATCHES * 64 + 64 + 64 + 8 < MAX_TOKENS, made
-    # The other slot still decodes while the stalled sequence is paused.
-    r = httpx.post(
-        f"{gateway.url}/v1/completions", json={"model": batched, "prompt": "Hi", "max_tokens": 8}, timeout=120
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["usage"]["completion_tokens"] >= 1
-    _closed_and_aborted(actor, stream, "bp-batched", aborted)
+    with stalled(actor, "bp-batched") as (made, _):
+        assert made < UNREAD_BATCHES * 64 + 64 + 64 + 8 < MAX_TOKENS, made
+        # The other slot still decodes while the stalled sequence is paused.
+        r = httpx.post(
+            f"{gateway.url}/v1/completions",
+            json={"model": batched, "prompt": "Hi", "max_tokens": 8},
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] >= 1
+    _aborted(actor, "bp-batched", aborted)
