@@ -27,13 +27,14 @@ MINILM = servers.REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"
 TINY_RERANKER = Path("~/.cache/raygate/models/tiny-bert-reranker-v2.f32.gguf").expanduser()
 # models/default.yaml's settings for the embedding model: what `make serve` gives.
 ENGINE = {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "n_threads": 1}
-# ~100 WordPiece tokens each (20 sentences of 5 common words), all different.
+# ~100 WordPiece tokens each (20 sentences of 5 common words), all different: the cosine path
+# embeds each distinct text once, so repeated documents would be counted (and timed) once.
 WORDS = ["river", "mountain", "city", "music", "science", "garden", "ocean", "market", "history", "window"]
 
 
 def documents() -> list[str]:
     return [
-        " ".join(f"{WORDS[(i + j) % 10]} {WORDS[(i * j) % 10]} near the {WORDS[j % 10]}." for j in range(20))
+        " ".join(f"{WORDS[(i + j) % 10]} {WORDS[(i // 10 + 3 * j) % 10]} near the {WORDS[j % 10]}." for j in range(20))
         for i in range(DOCUMENTS)
     ]
 
