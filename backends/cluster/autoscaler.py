@@ -11,6 +11,9 @@ The wanted count is `ceil(ongoing / target_ongoing_requests)`, clamped to
 (`upscale_delay_s`, `downscale_delay_s`, `downscale_to_zero_delay_s`): a wish in the other
 direction restarts the clock. Two exceptions: from zero, one replica is wanted at once (a request
 is waiting for it); and the last replica goes only after the to-zero delay, from one.
+
+`initial_target` and `target_for` say what count a spec aims at when it is deployed or updated,
+before any load is known: its fixed `replicas`, or a count within its autoscaling range.
 """
 
 from __future__ import annotations
@@ -18,10 +21,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from protocol.config import AutoscalingConfig
+from protocol.config import ModelConfig
+from protocol.policies import AutoscalingConfig
 
 REPORT_SECONDS = 0.5
 STALE_SECONDS = 5.0
+
+
+def initial_target(spec: ModelConfig) -> int:
+    """Replicas to start a deployment with."""
+    scaling = spec.autoscaling
+    if scaling is None:
+        return spec.replicas
+    return scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
+
+
+def target_for(current: ModelConfig, spec: ModelConfig, target: int) -> int:
+    """The count a new `spec` aims at when it replaces `current` (aiming at `target`): its
+    `replicas`, or the current count within its range."""
+    scaling = spec.autoscaling
+    if scaling is None:
+        return spec.replicas
+    if current.autoscaling is None and scaling.initial_replicas is not None:
+        return scaling.initial_replicas
+    return max(scaling.min_replicas, min(scaling.max_replicas, target))
 
 
 @dataclass

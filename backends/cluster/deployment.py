@@ -3,12 +3,9 @@
 A replica goes loading -> ready, and is then watched with a call that never returns
 (`ModelWorker.watch`): Ray fails that call the moment the actor or its node dies, so deaths are
 noticed without polling. A dead replica is replaced while the deployment has restarts left and some
-alive node can host it; otherwise it stays listed as `failed` with the reason.
-
-The restart budget is a rate, not a lifetime count: at most `max_restarts` replacements within
-`RESTART_WINDOW_SECONDS`. A lifetime count let a few isolated crashes (one poison request each,
-issue #12) leave a model `failed` for good; now a replica refused for the budget is tried again
-once the oldest restart has left the window, so a crash loop is slowed, never made permanent.
+alive node can host it; otherwise it stays listed as `failed` with the reason. The restarts left are
+a rate (restart_budget.py); a replica refused for the budget is tried again once it allows.
+Actors are started, killed and placed through `ReplicaActors` (replica_actors.py).
 
 Replicas that are removed on purpose (scale down, update, undeploy) are drained first: out of
 routing, new requests turned away to other replicas, running ones finished (bounded by a timeout),
@@ -28,95 +25,33 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import re
 import time
-import uuid
-from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError
 
-from backends.cluster.autoscaler import Autoscaler
-from backends.cluster.placement import check_feasible
-from backends.cluster.replica import ModelWorker
+from backends.cluster.autoscaler import Autoscaler, initial_target, target_for
+from backends.cluster.replica_actors import (
+    MAX_REASON_CHARS,
+    RayActors,
+    ReplicaActors,
+    describe_failure,
+    wait_started,
+)
+from backends.cluster.restart_budget import RestartBudget
 from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from protocol.admin import DeploymentState, DeploymentStatus, ReplicaState, ReplicaStatus, ScalingEvent
 from protocol.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
-LOAD_TIMEOUT_SECONDS = 900.0
-PLACEMENT_CHECK_SECONDS = 2.0
 UPDATE_POLL_SECONDS = 0.2
 UPDATE_DRAIN_SECONDS = 60.0
-# `max_restarts` counts replacements within this many seconds (module docstring).
-RESTART_WINDOW_SECONDS = 600.0
-# The restart window's clock (a name of its own, so tests can move it without moving asyncio's).
-restart_clock: Callable[[], float] = time.monotonic
-MAX_REASON_CHARS = 600
 MAX_EVENTS = 20
-# Lines of Ray's actor-death message that identify the actor rather than say what happened.
-_RAY_ID_LINE = re.compile(r"^\s*(class_name|actor_id|pid|name|namespace|ip):")
 
 OnChange = Callable[[bool], None]  # called with spec_changed=True when the spec must be persisted
-
-
-class UnplaceableError(RuntimeError):
-    """No alive node can host the replica any more."""
-
-
-class ReplicaActors(Protocol):
-    """How a deployment starts, kills and places its replica actors. `RayActors` in the controller;
-    tests pass a fake, so the state machine runs without a cluster."""
-
-    def start(self, spec: ModelConfig, seq: int) -> Any: ...
-
-    def kill(self, actor: Any) -> None: ...
-
-    async def check_feasible(self, spec: ModelConfig) -> str | None: ...
-
-
-class RayActors:
-    """`ReplicaActors` on Ray: one `ModelWorker` actor per replica."""
-
-    def start(self, spec: ModelConfig, seq: int) -> Any:
-        return (
-            ray.remote(ModelWorker)
-            .options(
-                name=f"raygate:{spec.name}:{seq}:{uuid.uuid4().hex[:8]}",
-                num_cpus=spec.num_cpus,
-                num_gpus=spec.num_gpus,
-                resources=spec.resources or None,
-                runtime_env={"env_vars": spec.env} if spec.env else None,
-            )
-            .remote(spec)
-        )
-
-    def kill(self, actor: Any) -> None:
-        ray.kill(actor)
-
-    async def check_feasible(self, spec: ModelConfig) -> str | None:
-        return await check_feasible(spec)
-
-
-def initial_target(spec: ModelConfig) -> int:
-    """Replicas to start a deployment with."""
-    scaling = spec.autoscaling
-    if scaling is None:
-        return spec.replicas
-    return scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
-
-
-def describe_failure(exc: BaseException) -> str:
-    """One line saying why a replica failed: the engine's own error, or Ray's death reason."""
-    if isinstance(exc, RayTaskError) and exc.cause is not None:
-        cause = exc.cause
-        return f"{type(cause).__name__}: {cause}"[:MAX_REASON_CHARS]
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not _RAY_ID_LINE.match(ln)]
-    return " ".join(lines)[:MAX_REASON_CHARS] or type(exc).__name__
 
 
 @dataclass(eq=False)
@@ -146,8 +81,7 @@ class Deployment:
         self.spec = spec
         self._actors: ReplicaActors = actors or RayActors()
         self.replicas: list[ReplicaRecord] = []
-        self.restarts = 0  # replacements within the restart window (module docstring)
-        self._restarted_at: deque[float] = deque()  # their monotonic times, oldest first
+        self._restart_budget = RestartBudget()
         self.error: str | None = None
         self.updating = False
         self._generation = 0
@@ -163,6 +97,11 @@ class Deployment:
         self.no_room: str | None = None  # set while the autoscaler wants more but nothing fits
 
     # ---- what the controller reads -------------------------------------------------------------
+
+    @property
+    def restarts(self) -> int:
+        """Replacements within the restart window (restart_budget.py)."""
+        return self._restart_budget.used
 
     def count(self, state: ReplicaState) -> int:
         return sum(1 for r in self.replicas if r.state == state)
@@ -227,7 +166,7 @@ class Deployment:
     def scale(self, replicas: int, drain_timeout: float) -> None:
         """Change the (fixed) replica count. Removed replicas drain; the ones that stay are not touched."""
         self.spec = self.spec.model_copy(update={"replicas": replicas})
-        self._reset_restarts()
+        self._restart_budget.reset()
         self.resize(replicas, drain_timeout, "admin scale", spec_changed=True)
 
     def resize(self, replicas: int, drain_timeout: float, reason: str, spec_changed: bool = False) -> None:
@@ -270,10 +209,10 @@ class Deployment:
         replica is ready; if any fails, drop the new set and keep serving the old spec."""
         light = {"aliases", "replicas", "max_restarts", "autoscaling", "routing"}
         if self.spec.model_dump(exclude=light) == spec.model_dump(exclude=light):
-            target = self._target_for(spec)
+            target = target_for(self.spec, spec, self.target)
             self._set_policy(spec)
             if target != self.target:
-                self._reset_restarts()
+                self._restart_budget.reset()
                 self.resize(target, UPDATE_DRAIN_SECONDS, "update", spec_changed=True)
             else:
                 self._on_change(True)
@@ -294,15 +233,6 @@ class Deployment:
         return all(results)
 
     # ---- internals -----------------------------------------------------------------------------
-
-    def _target_for(self, spec: ModelConfig) -> int:
-        """The count a new spec aims at: its `replicas`, or the current count within its range."""
-        scaling = spec.autoscaling
-        if scaling is None:
-            return spec.replicas
-        if self.spec.autoscaling is None and scaling.initial_replicas is not None:
-            return scaling.initial_replicas
-        return max(scaling.min_replicas, min(scaling.max_replicas, self.target))
 
     def _set_policy(self, spec: ModelConfig) -> None:
         if spec.autoscaling != self.spec.autoscaling:
@@ -338,7 +268,7 @@ class Deployment:
     async def _run(self, rec: ReplicaRecord, spec: ModelConfig) -> None:
         t0 = time.monotonic()
         try:
-            info = await self._load(rec, spec)
+            info = await wait_started(self._actors, rec.actor, spec)
         except RayActorError as exc:  # the process or its node died while loading
             if not rec.stopping:
                 await self._on_death(rec, exc)
@@ -359,25 +289,6 @@ class Deployment:
             if not rec.stopping:
                 await self._on_death(rec, exc)
 
-    async def _load(self, rec: ReplicaRecord, spec: ModelConfig) -> dict[str, Any]:
-        """Wait for `start()`, checking now and then that the replica can still be placed at all
-        (a replica waiting for a node that died would otherwise show `loading` forever)."""
-        started = asyncio.ensure_future(rec.actor.start.remote())
-        deadline = time.monotonic() + LOAD_TIMEOUT_SECONDS
-        try:
-            while True:
-                done, _ = await asyncio.wait([started], timeout=PLACEMENT_CHECK_SECONDS)
-                if done:
-                    result: dict[str, Any] = started.result()
-                    return result
-                why = await self._actors.check_feasible(spec)
-                if why is not None:
-                    raise UnplaceableError(f"cannot be placed: {why}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"not ready after {LOAD_TIMEOUT_SECONDS:.0f}s")
-        finally:
-            started.cancel()
-
     def _fail(self, rec: ReplicaRecord, reason: str) -> None:
         rec.error = reason[:MAX_REASON_CHARS]
         self.error = f"replica {rec.id} {rec.error}"
@@ -396,8 +307,10 @@ class Deployment:
         """Start a replacement for the dead `rec` if the budget and the cluster allow; if only the
         budget refuses, try again when it allows (`_replace_later`)."""
         limit = self.spec.max_restarts
-        wait = self._restart_wait(limit)
-        why = None if wait is None else f"max_restarts={limit} reached within {RESTART_WINDOW_SECONDS:g}s"
+        wait = self._restart_budget.wait(limit)
+        why = (
+            None if wait is None else f"max_restarts={limit} reached within {self._restart_budget.window:g}s"
+        )
         if why is None:
             why = await self._actors.check_feasible(self.spec)
         if self._closed or rec not in self.replicas:
@@ -410,28 +323,14 @@ class Deployment:
             self.error = f"replica {rec.id} {rec.error}"
             self._on_change(False)
             return
-        self._restarted_at.append(restart_clock())
-        self.restarts = len(self._restarted_at)
+        self._restart_budget.record()
         self.replicas.remove(rec)
         self.error = (
             f"replica {rec.id} {death}; replaced ({self.restarts}/{limit} restarts used "
-            f"within {RESTART_WINDOW_SECONDS:g}s)"
+            f"within {self._restart_budget.window:g}s)"
         )
         log.warning("deployment %s: %s", self.spec.name, self.error)
         self._start_replica(self.spec, self._generation)
-
-    def _restart_wait(self, limit: int) -> float | None:
-        """None if a restart is within the budget now; else seconds until one is (inf: never,
-        `max_restarts: 0`). Forgets restarts older than the window."""
-        now = restart_clock()
-        while self._restarted_at and now - self._restarted_at[0] >= RESTART_WINDOW_SECONDS:
-            self._restarted_at.popleft()
-        self.restarts = len(self._restarted_at)
-        if self.restarts < limit:
-            return None
-        if not self._restarted_at:
-            return float("inf")
-        return max(0.0, self._restarted_at[-limit] + RESTART_WINDOW_SECONDS - now)
 
     async def _replace_later(self, rec: ReplicaRecord, death: str, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -440,10 +339,6 @@ class Deployment:
         if rec.generation != self._generation:
             return
         await self._replace(rec, death)
-
-    def _reset_restarts(self) -> None:
-        self.restarts = 0
-        self._restarted_at.clear()
 
     def _stop_soon(self, rec: ReplicaRecord, timeout: float) -> None:
         """Take `rec` out of routing now (so the status returned to the caller already says
@@ -477,7 +372,7 @@ class Deployment:
         return drained
 
     async def _roll(self, spec: ModelConfig, generation: int) -> None:
-        count = self._target_for(spec)
+        count = target_for(self.spec, spec, self.target)
         fresh = [self._start_replica(spec, generation) for _ in range(count)]
         # A poll, not an event: replica tasks set states; polling keeps them unaware of updates.
         while not self._closed and any(r.state == "loading" for r in fresh):  # noqa: ASYNC110
@@ -501,6 +396,6 @@ class Deployment:
         if count != self.target:
             self.resize(count, UPDATE_DRAIN_SECONDS, "update")
         self.error, self.updating = None, False
-        self._reset_restarts()
+        self._restart_budget.reset()
         self._on_change(True)
         await asyncio.gather(*(self._stop(r, UPDATE_DRAIN_SECONDS) for r in old))

@@ -2,10 +2,11 @@
 
 A registration is a model family (protocol/xinference.py `ModelFamily`): a name and the specs of
 the files that can serve it. Built-in ones describe what Raygate can load offline (the default
-models, from `models/default.yaml`; an embedding model is also a `rerank` one, by cosine); user
-ones come from `POST /v1/model_registrations`, and those registered with `persist: true` are
-written to `<state_dir>/registrations.json` (the registry file's atomic writer) and come back with
-the controller.
+models, from `models/default.yaml`; an embedding model is also a `rerank` one, by cosine), and are
+derived in families.py, beside the `Registration` record itself; user ones come from
+`POST /v1/model_registrations`, and those registered with `persist: true` are written to
+`<state_dir>/registrations.json` (the registry file's atomic writer) and come back with the
+controller.
 
 Launching a registration builds an ordinary deployment spec (`launch_spec`): the registry knows
 nothing of Xinference beyond the `origin` the spec carries. Every check runs before anything is
@@ -15,13 +16,12 @@ stored, so a refused request leaves the registrations and the file as they were.
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from backends.cluster.families import Registration, builtin_registrations
 from backends.cluster.state_file import StateFileError, write_json
 from backends.engines.model_files import ModelFileError, resolve_model_file
 from protocol.base import describe_errors
@@ -34,7 +34,6 @@ from protocol.xinference import (
     MODEL_TYPE_TASK,
     SUPPORTED,
     TASK_ABILITY,
-    TASK_MODEL_TYPE,
     LaunchRequest,
     ModelFamily,
     ModelSpec,
@@ -45,30 +44,6 @@ from protocol.xinference import (
 
 REGISTRATIONS_FILE = "registrations.json"
 FORMAT = 1
-_QUANT = re.compile(r"\.((?:I?Q\d[A-Za-z0-9_]*)|F16|F32|BF16)\.gguf$", re.IGNORECASE)
-_SIZE = re.compile(r"(?<![A-Za-z0-9])(\d+(?:\.\d+)?)([MB])(?![A-Za-z])", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """One registered family: its type, and for a built-in the default model's spec (its source and
-    engine options) that a launch starts from."""
-
-    model_type: str
-    family: ModelFamily
-    persist: bool = False
-    base: ModelConfig | None = None
-
-    @property
-    def builtin(self) -> bool:
-        return self.base is not None
-
-    def wire(self, detailed: bool) -> dict[str, Any]:
-        """`GET /v1/model_registrations/{type}` answers names only unless `detailed`; the family
-        itself is what `GET .../{type}/{name}` answers."""
-        if not detailed:
-            return {"model_name": self.family.model_name, "is_builtin": self.builtin}
-        return {**self.family.model_dump(mode="json"), "is_builtin": self.builtin}
 
 
 def _bad(message: str, param: str = "model") -> BadRequestError:
@@ -112,69 +87,6 @@ def spec_file(spec: ModelSpec, quantization: str) -> Path:
         return resolve_model_file(ModelSource(path=path), folder=folder)
     except ModelFileError as exc:
         raise _bad(f"The files of this family do not exist: {exc}") from None
-
-
-def builtin_registrations(spec: ModelConfig) -> list[Registration]:
-    """A default model as built-in families (none when its weights are not on this node): its own
-    type's, and for an embedding model also a `rerank` one (`cosine_rerank_family`)."""
-    if spec.source is None or spec.backend not in ("llama_cpp", "vllm") or spec.task not in TASK_MODEL_TYPE:
-        return []
-    try:
-        path = resolve_model_file(spec.source, folder=spec.backend == "vllm")
-    except ModelFileError:
-        return []
-    quant = _QUANT.search(path.name)
-    size = _SIZE.search(path.name)
-    n_ctx = spec.engine.get("n_ctx")
-    family = ModelFamily(
-        model_name=spec.name,
-        context_length=n_ctx if isinstance(n_ctx, int) else None,
-        model_lang=["en"],
-        model_ability=TASK_ABILITY[spec.task],
-        model_description=f"Raygate default model: {path.name}.",
-        model_specs=[
-            ModelSpec(
-                model_format="ggufv2" if spec.backend == "llama_cpp" else "pytorch",
-                model_size_in_billions=_size_label(size) if size else None,
-                quantizations=[quant.group(1)] if quant else [""],
-                model_id=f"{spec.source.package}/{spec.source.file}" if spec.source.package else None,
-                model_file_name_template=(
-                    path.name.replace(quant.group(1), "{quantization}") if quant else path.name
-                )
-                if spec.backend == "llama_cpp"
-                else None,
-                model_hub="local",
-                model_uri=str(path if spec.backend == "vllm" else path.parent),
-            )
-        ],
-    )
-    regs = [Registration(TASK_MODEL_TYPE[spec.task], family, base=spec)]
-    if spec.task == "embed" and "rerank" in MODEL_TYPE_TASK:
-        regs.append(Registration("rerank", cosine_rerank_family(family, path.name), base=spec))
-    return regs
-
-
-def cosine_rerank_family(embedding: ModelFamily, file_name: str) -> ModelFamily:
-    """The embedding model as Xinference's `rerank` type, under the same name. Raygate's rerank on
-    an embedding model scores by the cosine similarity of the two texts' vectors (README "Rerank and
-    score"): a bi-encoder, not the cross-encoder Xinference's rerank families are, and the
-    description says so. Launched, it is the same `task: embed` deployment; its `origin` says
-    `rerank`, so Xinference's client hands out its rerank handle for it."""
-    return embedding.model_copy(
-        update={
-            "model_ability": ["rerank"],
-            "model_description": (
-                f"Raygate default embedding model ({file_name}) reranking by the cosine similarity "
-                "of query and document embeddings (a bi-encoder, not a cross-encoder): scores in [-1, 1]."
-            ),
-        }
-    )
-
-
-def _size_label(match: re.Match[str]) -> str | int:
-    """`135M` -> "0_135", `7B` -> 7: Xinference writes fractional sizes with `_`."""
-    value = float(match.group(1)) / (1000 if match.group(2).upper() == "M" else 1)
-    return int(value) if value == int(value) else f"{value:g}".replace(".", "_")
 
 
 def load_registrations(state_dir: Path) -> list[Registration]:

@@ -1,4 +1,5 @@
-"""backends/cluster/deployment.py: the replica state machine, run on fake actors.
+"""backends/cluster/deployment.py: the replica state machine, run on fake actors (with its restart
+budget, restart_budget.py, and the actor seam's `describe_failure`, replica_actors.py).
 
 loading -> ready; death -> replaced while restarts are left (and a node can host it), then
 failed; scale down drains the removed replicas; an update rolls a full new set and drains the old
@@ -17,7 +18,10 @@ import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
 import backends.cluster.deployment as deployment_module
-from backends.cluster.deployment import Deployment, describe_failure
+import backends.cluster.replica_actors as replica_actors_module
+import backends.cluster.restart_budget as restart_budget_module
+from backends.cluster.deployment import Deployment
+from backends.cluster.replica_actors import describe_failure
 from protocol.config import ModelConfig
 
 
@@ -98,7 +102,7 @@ class Changes(list[bool]):
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(deployment_module, "PLACEMENT_CHECK_SECONDS", 0.01)
+    monkeypatch.setattr(replica_actors_module, "PLACEMENT_CHECK_SECONDS", 0.01)
     monkeypatch.setattr(deployment_module, "UPDATE_POLL_SECONDS", 0.005)
 
 
@@ -241,7 +245,7 @@ async def test_replacement_message_counts_restarts(make: Any) -> None:
 
 
 class Clock:
-    """`time.monotonic` as the deployment module sees it, moved by the test."""
+    """`time.monotonic` as the restart budget sees it, moved by the test."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -256,13 +260,13 @@ async def test_the_restart_budget_is_a_rate_isolated_crashes_never_use_it_up(
     """Issue #12: a lifetime count left a model `failed` for good after a few isolated crashes
     (one poison request each). Restarts older than the window no longer count."""
     clock = Clock()
-    monkeypatch.setattr(deployment_module, "restart_clock", clock)
+    monkeypatch.setattr(restart_budget_module, "restart_clock", clock)
     dep, actors, _ = make(max_restarts=1)
     dep.reconcile()
     for i in range(4):  # four crashes, each more than a window after the previous restart
         actors.started[i].ready()
         await settle(lambda: dep.state == "ready")
-        clock.now += deployment_module.RESTART_WINDOW_SECONDS + 1
+        clock.now += restart_budget_module.RESTART_WINDOW_SECONDS + 1
         actors.started[i].die()
         await settle(lambda i=i: len(actors.started) == i + 2)
         assert dep.restarts == 1  # only the one just made is within the window
@@ -274,8 +278,8 @@ async def test_a_replica_refused_for_the_budget_is_replaced_once_the_window_allo
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock()
-    monkeypatch.setattr(deployment_module, "restart_clock", clock)
-    monkeypatch.setattr(deployment_module, "RESTART_WINDOW_SECONDS", 0.3)
+    monkeypatch.setattr(restart_budget_module, "restart_clock", clock)
+    monkeypatch.setattr(restart_budget_module, "RESTART_WINDOW_SECONDS", 0.3)
     dep, actors, _ = make(max_restarts=1)
     dep.reconcile()
     actors.started[0].ready()

@@ -18,7 +18,7 @@ from backends.cluster.errors import ReplicaDiedError
 from backends.cluster.replica import ReplicaDrainingError
 from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
-from protocol.config import AutoscalingConfig, ModelConfig
+from protocol.config import ModelConfig
 from protocol.errors import EngineError, ServiceUnavailableError
 from protocol.generation import (
     ChatMessage,
@@ -28,6 +28,7 @@ from protocol.generation import (
     GenerateRequest,
     SamplingParams,
 )
+from protocol.policies import AutoscalingConfig
 
 CONFIG = ModelConfig(name="m", backend="synthetic")
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")

@@ -9,8 +9,9 @@ from pydantic import ValidationError
 from backends.cluster.affinity import PrefixTable, prefix_keys, prompt_text
 from backends.cluster.autoscaler import STALE_SECONDS, Autoscaler, LoadReports
 from backends.cluster.placement import UNBOUNDED_SLOTS, free_slots
-from protocol.config import AutoscalingConfig, ModelConfig
+from protocol.config import ModelConfig
 from protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from protocol.policies import AutoscalingConfig
 
 
 def scaler(**kw: float) -> Autoscaler:

@@ -14,6 +14,9 @@ The gateway's contract is kept on top of vLLM's:
   request with `EngineDeadError` (answered as a typed `EngineError`), and a watcher builds a new
   engine in this same replica, a bounded number of times, so the model serves again without the
   gateway doing anything; meanwhile requests get 503 and `check_health()` raises.
+
+What turns a request into token ids and `SamplingParams`, and vLLM's outputs into `Delta`s, is in
+translate.py; engine arguments, logprob pieces and scheduler counters are in support.py.
 """
 
 from __future__ import annotations
@@ -24,45 +27,40 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engines import tool_calls
 from backends.engines.base import (
     Engine,
     EngineStats,
     check_token_ids,
-    completion_budget,
     loaded,
     truncate_prompt,
 )
-from backends.engines.deltas import DeltaBuilder
 from backends.engines.vllm import support as vllm_support
-from backends.engines.vllm.support import (
-    CoreCounters,
-    TokenPieces,
-    VllmEngineStats,
-    stat_logger_factory,
-    to_vllm_sampling,
-    token_logprobs,
+from backends.engines.vllm.support import CoreCounters, TokenPieces, VllmEngineStats, stat_logger_factory
+from backends.engines.vllm.translate import (
+    DeltaRelay,
+    chat_ids,
+    embed_ids,
+    error_param,
+    generate_params,
+    pair_inputs,
+    prompt_ids,
 )
 from protocol.embeddings import unit_vector
 from protocol.errors import (
     BadRequestError,
-    ContextLengthExceededError,
     EngineError,
     ServiceUnavailableError,
     UnsupportedParameterError,
 )
 from protocol.generation import (
-    ChatMessage,
     Delta,
     EmbedRequest,
     EmbedResult,
-    FinishReason,
     GenerateRequest,
     RankRequest,
     RankResult,
     TokenizeRequest,
     TokenizeResult,
-    ToolsSpec,
 )
 
 log = logging.getLogger(__name__)
@@ -192,7 +190,7 @@ class VllmEngine(Engine):
     def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
         assert self._pieces is not None
         if request.messages is not None:
-            ids = self._chat_ids(request.messages, request.tools, request.add_generation_prompt)
+            ids = chat_ids(self._tokenizer, request.messages, request.tools, request.add_generation_prompt)
         else:
             ids = list(
                 self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens)
@@ -213,37 +211,6 @@ class VllmEngine(Engine):
 
     # -- generation -------------------------------------------------------------------------
 
-    def _prompt_ids(self, request: GenerateRequest) -> list[int]:
-        """Runs in a thread: tokenisers and Jinja templates are CPU work."""
-        if request.messages is not None:
-            return self._chat_ids(request.messages, request.tools)
-        if isinstance(request.prompt, list):
-            check_token_ids(request.prompt, self._vocab, "prompt")
-            return list(request.prompt)
-        return list(self._tokenizer.encode(request.prompt or "", add_special_tokens=True))
-
-    def _chat_ids(
-        self, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
-    ) -> list[int]:
-        """The model's own chat template over the turns as `tool_calls.render_messages` writes
-        them (tools in the system turn, earlier calls and tool results as text), so follow-up
-        turns and tool results work with templates that know nothing of tools."""
-        from jinja2 import TemplateError
-
-        tok = self._tokenizer
-        if not getattr(tok, "chat_template", None):
-            raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
-        try:
-            text = tok.apply_chat_template(
-                tool_calls.render_messages(messages, tools),
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-            )
-        except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
-            raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
-        # The template writes the special tokens itself (as vLLM's chat endpoint does).
-        return list(tok.encode(text, add_special_tokens=False))
-
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -254,18 +221,12 @@ class VllmEngine(Engine):
         if request.suffix is not None:
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
-        ids = await asyncio.to_thread(self._prompt_ids, request)
+        # Runs in a thread: tokenisers and Jinja templates are CPU work.
+        ids = await asyncio.to_thread(prompt_ids, self._tokenizer, request, self._vocab)
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
-        check_token_ids(request.sampling.stop_token_ids, self._vocab, "stop_token_ids")
-        check_token_ids(request.sampling.allowed_token_ids or [], self._vocab, "allowed_token_ids")
-        if not ids:
-            raise BadRequestError("The prompt is empty.", param=request.prompt_param)
-        budget = completion_budget(request, len(ids), self._context)
-        params = to_vllm_sampling(request.sampling, budget, request.tools)
-        sampling, pieces = request.sampling, self._pieces
-        assert pieces is not None
-        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
-        out = DeltaBuilder(len(ids), parser)
+        params = generate_params(request, ids, self._context, self._vocab)
+        assert self._pieces is not None
+        relay = DeltaRelay(ids, request, self._pieces)
 
         rid = request.request_id
         with self._running(rid) as run:
@@ -274,26 +235,9 @@ class VllmEngine(Engine):
                 async with contextlib.aclosing(stream):
                     # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
                     async for result in stream:
-                        piece = result.outputs[0]
-                        if result.prompt_token_ids:
-                            out.n_prompt = len(result.prompt_token_ids)
-                        if result.num_cached_tokens is not None:
-                            out.cached_tokens = result.num_cached_tokens
-                        if sampling.prompt_logprobs is not None and result.prompt_logprobs:
-                            out.prompt_logprobs = token_logprobs(
-                                pieces, ids, list(result.prompt_logprobs), sampling.prompt_logprobs
-                            )
-                        if sampling.logprobs is not None and piece.logprobs:
-                            out.logprobs += token_logprobs(
-                                pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
-                            )
-                        out.n_out += len(piece.token_ids)
-                        self._stats.tokens_generated_total += len(piece.token_ids)
+                        self._stats.tokens_generated_total += relay.read(result)
                         run.ended = result.finished
-                        finish = _finish_reason(piece.finish_reason) if run.ended else None
-                        # vLLM's `stop_reason`: the stop string hit (str), a stop token id, or None.
-                        hit = piece.stop_reason if isinstance(piece.stop_reason, str) else None
-                        delta = out.delta(piece.text, finish, hit)
+                        delta = relay.delta(result)
                         if delta is not None:
                             yield delta
             except EngineDeadError:
@@ -302,24 +246,10 @@ class VllmEngine(Engine):
                 ) from None
             except VLLMClientError as exc:
                 raise BadRequestError(
-                    str(exc.args[0] if exc.args else exc), param=_error_param(exc, request)
+                    str(exc.args[0] if exc.args else exc), param=error_param(exc, request)
                 ) from None
 
     # -- embeddings ---------------------------------------------------------------------------
-
-    def _embed_ids(self, inputs: list[str] | list[list[int]]) -> list[list[int]]:
-        seqs = [
-            list(x) if isinstance(x, list) else list(self._tokenizer.encode(x, add_special_tokens=True))
-            for x in inputs
-        ]
-        for i, seq in enumerate(seqs):
-            if len(seq) > self._context:
-                raise ContextLengthExceededError(
-                    f"Input {i} has {len(seq)} tokens; this model's maximum is {self._context}.",
-                    param="input",
-                )
-            check_token_ids(seq, self._vocab, "input")
-        return seqs
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         from vllm import PoolingParams
@@ -328,7 +258,7 @@ class VllmEngine(Engine):
         llm = self._engine()
         if not self._embedding or self._rank:
             raise BadRequestError("This model does not serve embeddings.", param="model")
-        seqs = await asyncio.to_thread(self._embed_ids, request.inputs)
+        seqs = await asyncio.to_thread(embed_ids, self._tokenizer, request.inputs, self._context, self._vocab)
 
         async def one(i: int, ids: list[int]) -> tuple[list[float], int]:
             final = None
@@ -351,24 +281,6 @@ class VllmEngine(Engine):
 
     # -- rerank -------------------------------------------------------------------------------
 
-    def _pair_inputs(self, request: RankRequest) -> list[tuple[list[int], int]]:
-        """Each pair as the tokenizer lays it out for a cross-encoder (`[CLS] q [SEP] d [SEP]`),
-        with where its second segment starts: vLLM takes token types in that compressed form
-        (its own score endpoint does the same, `compressed_token_type_ids`)."""
-        out: list[tuple[list[int], int]] = []
-        for i, (query, doc) in enumerate(request.pairs):
-            enc = self._tokenizer(query, doc, add_special_tokens=True)
-            ids = list(enc["input_ids"])
-            if len(ids) > self._context:
-                raise ContextLengthExceededError(
-                    f"Pair {i} (query and {request.param}[{i}]) has {len(ids)} tokens; this model's "
-                    f"maximum is {self._context}. Shorten the document or the query.",
-                    param=request.param,
-                )
-            types = list(enc.get("token_type_ids") or [])
-            out.append((ids, types.index(1) if 1 in types else len(ids)))
-        return out
-
     async def rank(self, request: RankRequest) -> RankResult:
         """Raw classifier logits (no activation: the gateway applies it), all pairs at once."""
         from vllm import PoolingParams
@@ -377,7 +289,7 @@ class VllmEngine(Engine):
         llm = self._engine()
         if not self._rank:
             raise BadRequestError("This model does not serve rerank.", param="model")
-        inputs = await asyncio.to_thread(self._pair_inputs, request)
+        inputs = await asyncio.to_thread(pair_inputs, self._tokenizer, request, self._context)
 
         async def one(i: int, ids: list[int], second: int) -> tuple[float, int]:
             params = PoolingParams(
@@ -397,28 +309,3 @@ class VllmEngine(Engine):
                 "The model's engine failed while scoring; retry the request.", code="engine_dead"
             ) from None
         return RankResult(scores=[s for s, _ in results], prompt_tokens=sum(n for _, n in results))
-
-
-def _error_param(exc: Exception, request: GenerateRequest) -> str:
-    """The request field a vLLM validation error is about, by OpenAI's names."""
-    named = getattr(exc, "parameter", None)
-    if named in ("logit_bias", "logprobs", "seed", "stop", "allowed_token_ids", "bad_words"):
-        return str(named)
-    if named == "prompt_logprobs":
-        return "logprobs"
-    if named == "structured_outputs" or "grammar" in str(exc).lower() or "schema" in str(exc).lower():
-        if request.sampling.constrained:
-            return tool_calls.constraint_param(request.sampling)
-        if tool_calls.active(request.tools):
-            return "tools"
-    return request.prompt_param
-
-
-def _finish_reason(reason: object) -> FinishReason:
-    """vLLM's reasons as OpenAI's; its `error` (a request-level engine failure) is an error here."""
-    text = str(reason)
-    if text in ("stop", "length", "abort"):
-        return text  # type: ignore[return-value]
-    if text == "repetition":  # vLLM stopped a degenerate loop: the model chose to stop, in effect
-        return "stop"
-    raise EngineError(f"The engine failed this request ({text}); retry it.")

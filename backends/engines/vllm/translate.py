@@ -1,0 +1,172 @@
+"""The vLLM engine's request path in the gateway's terms, and back.
+
+`VllmEngine` (engine.py) owns an AsyncLLM: its life, its restarts, and which call goes to it.
+Everything between a gateway request and that call is translation that needs the model's
+tokenizer but not the engine: the prompt, chat turns, embedding inputs and rerank pairs as token
+ids (with their length and vocabulary checks), a generate request as vLLM's `SamplingParams` (via
+support.py's `to_vllm_sampling`), each streamed `RequestOutput` as a `Delta`, and vLLM's finish
+reasons and validation errors as OpenAI's. It lives here so the engine class reads as the engine
+and these pieces read (and change) on their own. Nothing here imports vLLM: it runs in the replica
+on objects vLLM hands over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.engines import tool_calls
+from backends.engines.base import check_token_ids, completion_budget
+from backends.engines.deltas import DeltaBuilder
+from backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
+from protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
+from protocol.generation import ChatMessage, Delta, FinishReason, GenerateRequest, RankRequest, ToolsSpec
+
+# ---- requests -> token ids (run in a thread: tokenisers and Jinja templates are CPU work) -------
+
+
+def prompt_ids(tokenizer: Any, request: GenerateRequest, vocab: int) -> list[int]:
+    """A generate request's prompt as token ids: chat turns through the template, token ids as
+    sent (checked against the vocabulary), or text."""
+    if request.messages is not None:
+        return chat_ids(tokenizer, request.messages, request.tools)
+    if isinstance(request.prompt, list):
+        check_token_ids(request.prompt, vocab, "prompt")
+        return list(request.prompt)
+    return list(tokenizer.encode(request.prompt or "", add_special_tokens=True))
+
+
+def chat_ids(
+    tokenizer: Any, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
+) -> list[int]:
+    """The model's own chat template over the turns as `tool_calls.render_messages` writes
+    them (tools in the system turn, earlier calls and tool results as text), so follow-up
+    turns and tool results work with templates that know nothing of tools."""
+    from jinja2 import TemplateError
+
+    if not getattr(tokenizer, "chat_template", None):
+        raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
+    try:
+        text = tokenizer.apply_chat_template(
+            tool_calls.render_messages(messages, tools),
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+    except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
+        raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
+    # The template writes the special tokens itself (as vLLM's chat endpoint does).
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def embed_ids(
+    tokenizer: Any, inputs: list[str] | list[list[int]], context: int, vocab: int
+) -> list[list[int]]:
+    """Each embedding input as token ids, none longer than the context."""
+    seqs = [
+        list(x) if isinstance(x, list) else list(tokenizer.encode(x, add_special_tokens=True)) for x in inputs
+    ]
+    for i, seq in enumerate(seqs):
+        if len(seq) > context:
+            raise ContextLengthExceededError(
+                f"Input {i} has {len(seq)} tokens; this model's maximum is {context}.",
+                param="input",
+            )
+        check_token_ids(seq, vocab, "input")
+    return seqs
+
+
+def pair_inputs(tokenizer: Any, request: RankRequest, context: int) -> list[tuple[list[int], int]]:
+    """Each pair as the tokenizer lays it out for a cross-encoder (`[CLS] q [SEP] d [SEP]`),
+    with where its second segment starts: vLLM takes token types in that compressed form
+    (its own score endpoint does the same, `compressed_token_type_ids`)."""
+    out: list[tuple[list[int], int]] = []
+    for i, (query, doc) in enumerate(request.pairs):
+        enc = tokenizer(query, doc, add_special_tokens=True)
+        ids = list(enc["input_ids"])
+        if len(ids) > context:
+            raise ContextLengthExceededError(
+                f"Pair {i} (query and {request.param}[{i}]) has {len(ids)} tokens; this model's "
+                f"maximum is {context}. Shorten the document or the query.",
+                param=request.param,
+            )
+        types = list(enc.get("token_type_ids") or [])
+        out.append((ids, types.index(1) if 1 in types else len(ids)))
+    return out
+
+
+# ---- a generate request -> vLLM's SamplingParams, its outputs -> Deltas ------------------------
+
+
+def generate_params(request: GenerateRequest, ids: list[int], context: int, vocab: int) -> Any:
+    """vLLM's `SamplingParams` for `request` over the (truncated) prompt `ids`, after the checks
+    that need the model: token ids within the vocabulary, a non-empty prompt, a budget that fits."""
+    check_token_ids(request.sampling.stop_token_ids, vocab, "stop_token_ids")
+    check_token_ids(request.sampling.allowed_token_ids or [], vocab, "allowed_token_ids")
+    if not ids:
+        raise BadRequestError("The prompt is empty.", param=request.prompt_param)
+    budget = completion_budget(request, len(ids), context)
+    return to_vllm_sampling(request.sampling, budget, request.tools)
+
+
+class DeltaRelay:
+    """One generate request's `RequestOutput`s (vLLM's DELTA kind: each carries only what is new)
+    as `Delta`s. `read` takes an output's counts and logprobs and says how many tokens it brought;
+    `delta` then makes its `Delta` (two steps, so the engine counts the tokens before a failed
+    finish reason raises)."""
+
+    def __init__(self, ids: list[int], request: GenerateRequest, pieces: TokenPieces) -> None:
+        self._ids, self._sampling, self._pieces = ids, request.sampling, pieces
+        parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
+        self._out = DeltaBuilder(len(ids), parser)
+
+    def read(self, result: Any) -> int:
+        out, sampling, pieces = self._out, self._sampling, self._pieces
+        piece = result.outputs[0]
+        if result.prompt_token_ids:
+            out.n_prompt = len(result.prompt_token_ids)
+        if result.num_cached_tokens is not None:
+            out.cached_tokens = result.num_cached_tokens
+        if sampling.prompt_logprobs is not None and result.prompt_logprobs:
+            out.prompt_logprobs = token_logprobs(
+                pieces, self._ids, list(result.prompt_logprobs), sampling.prompt_logprobs
+            )
+        if sampling.logprobs is not None and piece.logprobs:
+            out.logprobs += token_logprobs(
+                pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
+            )
+        out.n_out += len(piece.token_ids)
+        return len(piece.token_ids)
+
+    def delta(self, result: Any) -> Delta | None:
+        piece = result.outputs[0]
+        finish = _finish_reason(piece.finish_reason) if result.finished else None
+        # vLLM's `stop_reason`: the stop string hit (str), a stop token id, or None.
+        hit = piece.stop_reason if isinstance(piece.stop_reason, str) else None
+        return self._out.delta(piece.text, finish, hit)
+
+
+# ---- vLLM's outcomes -> OpenAI's ---------------------------------------------------------------
+
+
+def error_param(exc: Exception, request: GenerateRequest) -> str:
+    """The request field a vLLM validation error is about, by OpenAI's names."""
+    named = getattr(exc, "parameter", None)
+    if named in ("logit_bias", "logprobs", "seed", "stop", "allowed_token_ids", "bad_words"):
+        return str(named)
+    if named == "prompt_logprobs":
+        return "logprobs"
+    if named == "structured_outputs" or "grammar" in str(exc).lower() or "schema" in str(exc).lower():
+        if request.sampling.constrained:
+            return tool_calls.constraint_param(request.sampling)
+        if tool_calls.active(request.tools):
+            return "tools"
+    return request.prompt_param
+
+
+def _finish_reason(reason: object) -> FinishReason:
+    """vLLM's reasons as OpenAI's; its `error` (a request-level engine failure) is an error here."""
+    text = str(reason)
+    if text in ("stop", "length", "abort"):
+        return text  # type: ignore[return-value]
+    if text == "repetition":  # vLLM stopped a degenerate loop: the model chose to stop, in effect
+        return "stop"
+    raise EngineError(f"The engine failed this request ({text}); retry it.")
