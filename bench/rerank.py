@@ -33,10 +33,10 @@ WORDS = ["river", "mountain", "city", "music", "science", "garden", "ocean", "ma
 
 
 def documents() -> list[str]:
-    return [
-        " ".join(f"{WORDS[(i + j) % 10]} {WORDS[(i // 10 + 3 * j) % 10]} near the {WORDS[j % 10]}." for j in range(20))
-        for i in range(DOCUMENTS)
-    ]
+    def sentence(i: int, j: int) -> str:
+        return f"{WORDS[(i + j) % 10]} {WORDS[(i // 10 + 3 * j) % 10]} near the {WORDS[j % 10]}."
+
+    return [" ".join(sentence(i, j) for j in range(20)) for i in range(DOCUMENTS)]
 
 
 def _specs() -> list[dict[str, Any]]:
