@@ -56,6 +56,10 @@ def ray_address() -> Iterator[str]:
     and vLLM gateways' replicas plus what the lifecycle tests deploy must all fit at once); the gateway attaches to it like it would to
     a production cluster, and tests can reach the replica actors to observe the engines."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # As `raygate serve`'s embedded Ray and the image do (backends/cluster/connection.py): replicas
+    # run at normal priority, not Ray's nice 15 for workers, which starved them to a few percent of
+    # a core beside any busy process (100 s for a Responses test under stress-ng --cpu 2).
+    os.environ.setdefault("RAY_worker_niceness", "0")
     for attempt in range(3):
         try:
             ray.init(num_cpus=8, namespace="raygate", include_dashboard=False, log_to_driver=False)

@@ -82,7 +82,8 @@ class LocalCluster:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+            # Replicas at normal priority, as the image's and compose's nodes run them.
+            env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"},
         )
         node = RayNode(proc, log_path, log_file)
         self.nodes.append(node)
