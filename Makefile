@@ -58,11 +58,11 @@ serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
 test: setup browser vllm-setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest || $(BIN)/python -m tests.support.postmortem $$?
 
 # Everything but the vLLM-served tests (no vLLM install needed).
 test-core: setup browser
-	$(BIN)/python -m pytest -m "not vllm"
+	$(BIN)/python -m pytest -m "not vllm" || $(BIN)/python -m tests.support.postmortem $$?
 
 # The fast layer: admission gate, token bucket, router, deployment state machine, stream pump,
 # error mapping, SSE framing. No Ray cluster, no model; a few seconds. Also part of `make test`.

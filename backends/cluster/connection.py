@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import ray
 
 from backends.cluster import embedded
 
 NAMESPACE = "raygate"
+logger = logging.getLogger(__name__)
+# Ray 2.60's raylet gives its dashboard agent (a Python process that imports much of Ray) a fixed
+# 15 s to write its port files and aborts when it is late: on a busy box `ray.init` then fails
+# with "timed out during startup" (seen dozens of times beside stress-ng here). Neither
+# RAY_agent_register_timeout_ms nor explicit agent ports lift that wait; a fresh start does.
+START_ATTEMPTS = 3
 
 
 def connect(address: str | None, num_cpus: float | None = None, namespace: str = NAMESPACE) -> None:
@@ -35,13 +43,43 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
         os.environ.setdefault("RAY_worker_niceness", "0")
         # What a gateway that was killed left behind goes first; this one's is watched (embedded.py).
         embedded.reap_stale()
-        context = ray.init(
+        context = start_local(
             namespace=namespace,
             include_dashboard=False,
-            num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray types it int; it takes a float
+            num_cpus=num_cpus,
             log_to_driver=True,
         )
-        embedded.guard(context.address_info["session_dir"])  # type: ignore[attr-defined]
+        embedded.guard(context.address_info["session_dir"])
+
+
+def start_local(**init_args: Any) -> Any:
+    """`ray.init` of a new single-node cluster, started again (up to START_ATTEMPTS times) when
+    its raylet died during the start; returns Ray's context."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return ray.init(**init_args)
+        except Exception as exc:
+            if attempt == START_ATTEMPTS or "timed out during startup" not in str(exc):
+                raise
+            logger.warning(
+                "Ray's start failed (attempt %d of %d), starting it again: %s", attempt, START_ATTEMPTS, exc
+            )
+            _kill_half_started_node(exc)
+            ray.shutdown()
+    raise AssertionError("unreachable")
+
+
+def _kill_half_started_node(exc: BaseException) -> None:
+    """A node whose start timed out is referenced only by the traceback, yet its processes run:
+    kill and reap them now, or they outlive the attempt (and their `Popen` objects warn)."""
+    from ray._private.node import Node
+
+    tb = exc.__traceback__
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("self")
+        if isinstance(node, Node):
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+        tb = tb.tb_next
 
 
 @contextmanager

@@ -18,11 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from backends.cluster.connection import START_ATTEMPTS
 from bench.servers import free_port
 
 RAY = Path(sys.executable).parent / "ray"
 # Notice a dead node within ~2 s instead of Ray's default ~15 s (the node-death test waits on it).
 HEAD_SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
+
+
+def _raylet_died(temp_dir: Path) -> bool:
+    """The node's raylet wrote its fatal line (RAY_CHECK: `... C ...] (raylet) ... Check failed`)."""
+    for log in temp_dir.glob("session_*/logs/raylet.out"):
+        if "Check failed" in log.read_text(errors="replace"):
+            return True
+    return False
 
 
 @dataclass
@@ -57,10 +66,23 @@ class RayNode:
 class LocalCluster:
     root: Path
     address: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # for every node, over this process's
     nodes: list[RayNode] = field(default_factory=list)
 
-    def _start(self, name: str, args: list[str], timeout: float = 120) -> RayNode:
-        log_path = self.root / f"{name}.log"
+    def _start(self, name: str, args: list[str], timeout: float = 300) -> RayNode:
+        """`ray start` for one node, started again when its raylet died during the start: Ray
+        2.60's raylet aborts when its dashboard agent takes over 15 s to come up (a busy box), and
+        `ray start --block` then says nothing for minutes (connection.START_ATTEMPTS)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            node = self._start_once(name, attempt, args, timeout)
+            if node is not None:
+                return node
+        raise RuntimeError(f"ray node {name}: its raylet died in each of {START_ATTEMPTS} starts")
+
+    def _start_once(self, name: str, attempt: int, args: list[str], timeout: float) -> RayNode | None:
+        """The started node, or None when its raylet died during the start (its processes are
+        killed before returning)."""
+        log_path = self.root / f"{name}.{attempt}.log"
         log_file = log_path.open("wb")
         ports = [
             "--dashboard-agent-listen-port",
@@ -68,6 +90,8 @@ class LocalCluster:
             "--metrics-export-port",
             str(free_port()),
         ]
+        # Short: Ray's unix socket paths under it must stay within ~107 characters.
+        temp_dir = self.root / f"{name[0]}{len(self.nodes)}{attempt}"
         proc = subprocess.Popen(
             [
                 str(RAY),
@@ -75,7 +99,7 @@ class LocalCluster:
                 "--block",
                 "--disable-usage-stats",
                 "--temp-dir",
-                str(self.root / name),
+                str(temp_dir),
                 *ports,
                 *args,
             ],
@@ -83,15 +107,19 @@ class LocalCluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             # Replicas at normal priority, as the image's and compose's nodes run them.
-            env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"},
+            env={**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"},
         )
         node = RayNode(proc, log_path, log_file)
-        self.nodes.append(node)
         deadline = time.monotonic() + timeout
         while "Ray runtime started" not in log_path.read_text(errors="replace"):
+            if _raylet_died(temp_dir):
+                node.stop()
+                return None
             if proc.poll() is not None or time.monotonic() > deadline:
+                node.stop()
                 raise RuntimeError(f"ray node {name} did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.3)
+        self.nodes.append(node)
         return node
 
     def start_head(self, num_cpus: float, resources: dict[str, float]) -> None:
