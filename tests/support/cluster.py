@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from backends.cluster.connection import START_ATTEMPTS
+from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS
 from bench.servers import free_port
 
 RAY = Path(sys.executable).parent / "ray"
@@ -106,8 +106,8 @@ class LocalCluster:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # Replicas at normal priority, as the image's and compose's nodes run them.
-            env={**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"},
+            # Replicas at normal priority, as the image's and compose's nodes run them (connection.py).
+            env={**os.environ, **self.env, **LOCAL_RAY_ENV},
         )
         node = RayNode(proc, log_path, log_file)
         deadline = time.monotonic() + timeout
