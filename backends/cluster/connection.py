@@ -19,8 +19,9 @@ logger = logging.getLogger(__name__)
 # Ray 2.60's raylet gives its dashboard agent (a Python process that imports much of Ray) a fixed
 # 15 s to write its port files and aborts when it is late: on a busy box `ray.init` then fails
 # with "timed out during startup" (seen dozens of times beside stress-ng here). Neither
-# RAY_agent_register_timeout_ms nor explicit agent ports lift that wait; a fresh start does.
-START_ATTEMPTS = 3
+# RAY_agent_register_timeout_ms nor explicit agent ports lift that wait; a fresh start does (at a
+# load of ~11 on two cores, two starts in a row failed that way).
+START_ATTEMPTS = 5
 # A cluster started here is private to its process: Ray's token auth off. Ray starts worker
 # processes at nice 15; replicas are the workload here, not background jobs: niced, a replica got
 # a few percent of a shared core against any normal process and its TTFT went from ~20 ms to

@@ -80,8 +80,8 @@ class LocalCluster:
         raise RuntimeError(f"ray node {name}: its raylet died in each of {START_ATTEMPTS} starts")
 
     def _start_once(self, name: str, attempt: int, args: list[str], timeout: float) -> RayNode | None:
-        """The started node, or None when its raylet died during the start (its processes are
-        killed before returning)."""
+        """The started node, or None when its raylet died during the start or did not register in
+        Ray's 30 s (its processes are killed before returning)."""
         log_path = self.root / f"{name}.{attempt}.log"
         log_file = log_path.open("wb")
         ports = [
@@ -111,8 +111,8 @@ class LocalCluster:
         )
         node = RayNode(proc, log_path, log_file)
         deadline = time.monotonic() + timeout
-        while "Ray runtime started" not in log_path.read_text(errors="replace"):
-            if _raylet_died(temp_dir):
+        while "Ray runtime started" not in (log := log_path.read_text(errors="replace")):
+            if _raylet_died(temp_dir) or (proc.poll() is not None and "timed out during startup" in log):
                 node.stop()
                 return None
             if proc.poll() is not None or time.monotonic() > deadline:
