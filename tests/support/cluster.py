@@ -111,14 +111,17 @@ class LocalCluster:
         )
         node = RayNode(proc, log_path, log_file)
         deadline = time.monotonic() + timeout
-        while "Ray runtime started" not in (log := log_path.read_text(errors="replace")):
-            if _raylet_died(temp_dir) or (proc.poll() is not None and "timed out during startup" in log):
-                node.stop()
-                return None
-            if proc.poll() is not None or time.monotonic() > deadline:
-                node.stop()
-                raise RuntimeError(f"ray node {name} did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+        try:
+            while "Ray runtime started" not in (log := log_path.read_text(errors="replace")):
+                if _raylet_died(temp_dir) or (proc.poll() is not None and "timed out during startup" in log):
+                    node.stop()
+                    return None
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ray node {name} did not start:\n{log[-3000:]}")
+                time.sleep(0.3)
+        except BaseException:  # pytest-timeout firing mid-start too: never leave the node behind
+            node.stop()
+            raise
         self.nodes.append(node)
         return node
 
