@@ -38,7 +38,11 @@ def _release_namespace() -> None:
     attached to a cluster leaves them serving for other gateways. The test releases them itself."""
     for a in ray.util.list_named_actors(all_namespaces=True):
         if a["namespace"] == NAMESPACE:
-            ray.kill(ray.get_actor(a["name"], namespace=NAMESPACE))
+            try:
+                actor = ray.get_actor(a["name"], namespace=NAMESPACE)
+            except ValueError:  # gone between the listing and the look-up: released already
+                continue
+            ray.kill(actor)
 
 
 @pytest.mark.slow

@@ -43,10 +43,16 @@ def _late_first_agent(folder: Path) -> tuple[dict[str, str], Path]:
     return {"PYTHONPATH": path}, marker
 
 
+# Each failed start costs 30-90 s on two busy cores, and a busy box may fail more than the one
+# start this test makes fail.
+@pytest.mark.timeout(1200)
 def test_embedded_ray_starts_again_when_its_raylet_dies_starting(tmp_path: Path) -> None:
     env, marker = _late_first_agent(tmp_path)
     gw = start_gateway(
-        ["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")], tmp_path / "gw.log", env=env
+        ["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")],
+        tmp_path / "gw.log",
+        env=env,
+        timeout=900,
     )
     try:
         assert marker.exists()
@@ -58,6 +64,7 @@ def test_embedded_ray_starts_again_when_its_raylet_dies_starting(tmp_path: Path)
     assert code == 0, gw.log()[-3000:]
 
 
+@pytest.mark.timeout(1200)
 def test_a_cluster_node_starts_again_when_its_raylet_dies_starting(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

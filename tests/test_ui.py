@@ -27,6 +27,9 @@ SCREENSHOTS = REPO / "docs" if os.environ.get("RAYGATE_UI_SCREENSHOTS") == "1" e
 
 pytestmark = pytest.mark.slow
 
+# Playwright's assertions wait 5 s by default: a bound, raised for two busy cores.
+expect.set_options(timeout=60_000)
+
 
 def chromium_path() -> str:
     """The browser `make setup` installs (Makefile, target `browser`); a missing one fails, never skips."""
@@ -52,7 +55,9 @@ def console(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        # Bounds on a hang, not expectations: on two busy cores Chromium takes well over
+        # Playwright's 30 s default to start, and a click or a page load over its 30 s.
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], timeout=300_000)
         yield browser
         browser.close()
 
@@ -60,6 +65,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser, console: GatewayProcess) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1100, "height": 800})
+    context.set_default_timeout(120_000)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -19,8 +19,14 @@ logger = logging.getLogger(__name__)
 # Ray 2.60's raylet gives its dashboard agent (a Python process that imports much of Ray) a fixed
 # 15 s to write its port files and aborts when it is late: on a busy box `ray.init` then fails
 # with "timed out during startup" (seen dozens of times beside stress-ng here). Neither
-# RAY_agent_register_timeout_ms nor explicit agent ports lift that wait; a fresh start does.
-START_ATTEMPTS = 3
+# RAY_agent_register_timeout_ms nor explicit agent ports lift that wait; a fresh start does (at a
+# load of ~11 on two cores, two starts in a row failed that way).
+START_ATTEMPTS = 5
+# A cluster started here is private to its process: Ray's token auth off. Ray starts worker
+# processes at nice 15; replicas are the workload here, not background jobs: niced, a replica got
+# a few percent of a shared core against any normal process and its TTFT went from ~20 ms to
+# 30-600 ms (measured with bench/ on 2 busy cores). The image and compose set the same.
+LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 
 
 def connect(address: str | None, num_cpus: float | None = None, namespace: str = NAMESPACE) -> None:
@@ -36,11 +42,6 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
         if address:
             ray.init(address=address, namespace=namespace, log_to_driver=True)
             return
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        # Ray starts worker processes at nice 15. Replicas are the workload here, not background
-        # jobs: niced, a replica got a few percent of a shared core against any normal process
-        # and its TTFT went from ~20 ms to 30-600 ms (measured with bench/ on 2 busy cores).
-        os.environ.setdefault("RAY_worker_niceness", "0")
         # What a gateway that was killed left behind goes first; this one's is watched (embedded.py).
         embedded.reap_stale()
         context = start_local(
@@ -54,7 +55,10 @@ def connect(address: str | None, num_cpus: float | None = None, namespace: str =
 
 def start_local(**init_args: Any) -> Any:
     """`ray.init` of a new single-node cluster, started again (up to START_ATTEMPTS times) when
-    its raylet died during the start; returns Ray's context."""
+    its raylet died during the start; returns Ray's context. LOCAL_RAY_ENV applies unless the
+    environment says otherwise."""
+    for name, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(name, value)
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             return ray.init(**init_args)

@@ -149,3 +149,13 @@ CONTROLLER_ERRORS = ErrorTable(
         lambda _, __: ServiceUnavailableError("The controller is restarting; please retry."),
     ),
 )
+
+# The Responses store actor, called by the gateway's /v1/responses routes; the subject is unused.
+STORE_ERRORS = ErrorTable(
+    Row("remote", BaseException, lambda _, cause: OpenAIError(f"The response store failed: {cause}")),
+    Row(
+        "ray",
+        RayActorError,
+        lambda _, __: ServiceUnavailableError("The response store is restarting; please retry."),
+    ),
+)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,17 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from backends.cluster.errors import STORE_ERRORS
 from backends.cluster.placement import state_actor_options
 from backends.cluster.response_db import DB_FILE, ResponseDB, StoreLimits
 
 log = logging.getLogger(__name__)
 
 STORE_NAME = "responses"
+# A store that died is back within a second on an idle box and took ~10 s beside stress-ng: a
+# request waits this long for it (a client that follows up at once should find its response),
+# then gets 503 with a retry.
+RESTART_WAIT_S = 30.0
 
 
 class ResponseStore:
@@ -103,9 +109,16 @@ class ResponseStoreClient:
         return deleted
 
     async def _call(self, method: str, *args: Any) -> Any:
-        try:
-            return await getattr(self._actor, method).remote(*args)
-        except RayActorError:
-            log.warning("response store unreachable; looking it up again")
+        """One call; while the actor restarts (Ray answers "unavailable" at once, or it died under
+        the call) it is looked up and called again, up to RESTART_WAIT_S, then 503."""
+        deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
+        while True:
+            try:
+                return await getattr(self._actor, method).remote(*args)
+            except RayActorError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise STORE_ERRORS.error(exc, "response store") from None
+                log.warning("response store unreachable (%s); calling it again", type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
             self._actor = await asyncio.to_thread(self._connect)
-            return await getattr(self._actor, method).remote(*args)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from backends.cluster.connection import START_ATTEMPTS
+from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS
 from bench.servers import free_port
 
 RAY = Path(sys.executable).parent / "ray"
@@ -80,8 +80,8 @@ class LocalCluster:
         raise RuntimeError(f"ray node {name}: its raylet died in each of {START_ATTEMPTS} starts")
 
     def _start_once(self, name: str, attempt: int, args: list[str], timeout: float) -> RayNode | None:
-        """The started node, or None when its raylet died during the start (its processes are
-        killed before returning)."""
+        """The started node, or None when its raylet died during the start or did not register in
+        Ray's 30 s (its processes are killed before returning)."""
         log_path = self.root / f"{name}.{attempt}.log"
         log_file = log_path.open("wb")
         ports = [
@@ -106,19 +106,22 @@ class LocalCluster:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # Replicas at normal priority, as the image's and compose's nodes run them.
-            env={**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"},
+            # Replicas at normal priority, as the image's and compose's nodes run them (connection.py).
+            env={**os.environ, **self.env, **LOCAL_RAY_ENV},
         )
         node = RayNode(proc, log_path, log_file)
         deadline = time.monotonic() + timeout
-        while "Ray runtime started" not in log_path.read_text(errors="replace"):
-            if _raylet_died(temp_dir):
-                node.stop()
-                return None
-            if proc.poll() is not None or time.monotonic() > deadline:
-                node.stop()
-                raise RuntimeError(f"ray node {name} did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+        try:
+            while "Ray runtime started" not in (log := log_path.read_text(errors="replace")):
+                if _raylet_died(temp_dir) or (proc.poll() is not None and "timed out during startup" in log):
+                    node.stop()
+                    return None
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ray node {name} did not start:\n{log[-3000:]}")
+                time.sleep(0.3)
+        except BaseException:  # pytest-timeout firing mid-start too: never leave the node behind
+            node.stop()
+            raise
         self.nodes.append(node)
         return node
 
