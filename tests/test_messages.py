@@ -49,9 +49,10 @@ STOP_REASONS = {"end_turn", "max_tokens", "stop_sequence", "tool_use"}
 GREEDY = {"temperature": 0}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def anthropic_client(gateway: GatewayProcess) -> Iterator[anthropic.Anthropic]:
-    """The SDK as an agent would configure it from ANTHROPIC_BASE_URL (the gateway's root)."""
+    """The SDK as an agent would configure it from ANTHROPIC_BASE_URL (the gateway's root).
+    Package scope: tests/vllm_backend reruns these tests on its own package-scoped gateway."""
     with anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=300) as c:
         yield c
 
