@@ -49,8 +49,7 @@ def ray_address() -> Iterator[str]:
     """A local Ray cluster owned by the test session (8 logical CPUs on 2 cores: the default, ops
     and vLLM gateways' replicas plus what the lifecycle tests deploy must all fit at once); the gateway attaches to it like it would to
     a production cluster, and tests can reach the replica actors to observe the engines."""
-    # As `raygate serve`'s embedded Ray (start_local): replicas at normal priority, not at Ray's
-    # nice 15, which starved them to ~3 % of a core beside stress-ng --cpu 2.
+    # start_local: as `raygate serve`'s embedded Ray (replicas at nice 0, retried starts).
     # A GCS starved for a minute on a busy box must fail the tests that needed it, not abort this
     # process (Ray's driver calls abort() after 60 s without its GCS: no summary, no clue).
     os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
