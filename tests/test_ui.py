@@ -57,7 +57,11 @@ def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
         # Bounds on a hang, not expectations: on two busy cores Chromium takes well over
         # Playwright's 30 s default to start, and a click or a page load over its 30 s.
-        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], timeout=300_000)
+        # No GPU process: on a GPU-less box under load its start failed, and every `new_page()`
+        # after it hung with no timeout (microsoft/playwright#4761; four tests, 300 s each).
+        browser = p.chromium.launch(
+            executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"], timeout=300_000
+        )
         yield browser
         browser.close()
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS
+from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS, is_start_failure
 from bench.servers import free_port
 
 RAY = Path(sys.executable).parent / "ray"
@@ -70,18 +70,19 @@ class LocalCluster:
     nodes: list[RayNode] = field(default_factory=list)
 
     def _start(self, name: str, args: list[str], timeout: float = 300) -> RayNode:
-        """`ray start` for one node, started again when its raylet died during the start: Ray
-        2.60's raylet aborts when its dashboard agent takes over 15 s to come up (a busy box), and
-        `ray start --block` then says nothing for minutes (connection.START_ATTEMPTS)."""
+        """`ray start` for one node, started again when its raylet died during the start (Ray
+        2.60's raylet aborts when its dashboard agent takes over 15 s to come up on a busy box, and
+        `ray start --block` then says nothing for minutes) or `ray start` gave up on a starved node
+        (connection.START_FAILURES)."""
         for attempt in range(1, START_ATTEMPTS + 1):
             node = self._start_once(name, attempt, args, timeout)
             if node is not None:
                 return node
-        raise RuntimeError(f"ray node {name}: its raylet died in each of {START_ATTEMPTS} starts")
+        raise RuntimeError(f"ray node {name}: failed in each of {START_ATTEMPTS} starts (see {name}.*.log)")
 
     def _start_once(self, name: str, attempt: int, args: list[str], timeout: float) -> RayNode | None:
-        """The started node, or None when its raylet died during the start or did not register in
-        Ray's 30 s (its processes are killed before returning)."""
+        """The started node, or None when its raylet died during the start or `ray start` failed
+        as connection.START_FAILURES says (its processes are killed before returning)."""
         log_path = self.root / f"{name}.{attempt}.log"
         log_file = log_path.open("wb")
         ports = [
@@ -113,7 +114,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         try:
             while "Ray runtime started" not in (log := log_path.read_text(errors="replace")):
-                if _raylet_died(temp_dir) or (proc.poll() is not None and "timed out during startup" in log):
+                if _raylet_died(temp_dir) or (proc.poll() is not None and is_start_failure(log)):
                     node.stop()
                     return None
                 if proc.poll() is not None or time.monotonic() > deadline:
