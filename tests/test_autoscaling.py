@@ -45,6 +45,9 @@ models:
     engine: {{token_ms: 20}}
     routing: {{policy: prefix_affinity, max_imbalance: 0}}
 """
+# Bounds on a hang, for every test (in a shuffled order any of them may start the cluster): on two
+# busy cores a head's `ray start` took over 300 s, and each replica is a Ray actor start.
+pytestmark = pytest.mark.timeout(1800)
 SYSTEM = "You are a careful assistant who answers briefly. " * 12  # ~600 characters
 
 
@@ -91,8 +94,6 @@ def _metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-# Starting the cluster counts here, and each replica is a Ray actor start: minutes on a busy machine.
-@pytest.mark.timeout(900)
 def test_autoscaling_follows_load_from_every_gateway(gateways: Gateways) -> None:
     first, second = gateways.first, gateways.second
     status = deployments(first.url)["auto"]

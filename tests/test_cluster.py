@@ -22,6 +22,9 @@ from tests.support.admin import MINILM_PATH, deployments, embed_spec, settled_re
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import GatewayProcess, start_gateway
 
+# Bounds on a hang: the two nodes and two gateways start inside this test's budget, and on two
+# busy cores a head's `ray start` took over 300 s.
+pytestmark = pytest.mark.timeout(1800)
 SEED = f"""
 models:
   - name: cl-head

@@ -16,6 +16,7 @@ import ray
 
 from tests.support.gateway import REPO, start_gateway
 from tests.support.ops import wait_for
+from tests.support.release import release_namespace
 from tests.test_ops_faults import StreamReader
 
 DRAIN_CONFIG = REPO / "tests" / "configs" / "drain.yaml"
@@ -31,18 +32,6 @@ def _replicas_alive() -> list[str]:
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a["namespace"] == NAMESPACE and a["name"].startswith("raygate:synth-drain:")
     ]
-
-
-def _release_namespace() -> None:
-    """Replicas belong to the namespace's detached controller, not to the gateway (issue 4): a gateway
-    attached to a cluster leaves them serving for other gateways. The test releases them itself."""
-    for a in ray.util.list_named_actors(all_namespaces=True):
-        if a["namespace"] == NAMESPACE:
-            try:
-                actor = ray.get_actor(a["name"], namespace=NAMESPACE)
-            except ValueError:  # gone between the listing and the look-up: released already
-                continue
-            ray.kill(actor)
 
 
 @pytest.mark.slow
@@ -110,4 +99,4 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
     assert "draining" in log and "drain timeout: ending 1 request(s)" in log
     # Attached to a cluster, the drained gateway leaves the shared replicas to the controller.
     assert len(_replicas_alive()) == 1
-    _release_namespace()
+    release_namespace(NAMESPACE)

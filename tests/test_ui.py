@@ -18,14 +18,18 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import CHAT_MODEL, DEFAULT_CONFIG, EMBED_MODEL
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
+from tests.support.release import release_namespace, undeploy_all
 
 ADMIN_KEY = "sk-admin-console-test-0123456789"
 API_KEY = "sk-api-console-test-0123456789"
+CONSOLE_NAMESPACE = "raygate-console"
 SYNTH = "ui-synth"
 XSS = "<img src=x onerror=window.__xss=1>"
 SCREENSHOTS = REPO / "docs" if os.environ.get("RAYGATE_UI_SCREENSHOTS") == "1" else None
 
-pytestmark = pytest.mark.slow
+# The console gateway's start is inside the first test's budget: on two busy cores (load 10-30 in
+# a shuffled stressed run) loading its two models took over the 300 s default. Bounds on a hang.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 # Playwright's assertions wait 5 s by default: a bound, raised for two busy cores.
 expect.set_options(timeout=60_000)
@@ -43,12 +47,15 @@ def chromium_path() -> str:
 def console(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     log_path = tmp_path_factory.mktemp("console-gateway") / "gateway.log"
     gw = start_gateway(
-        ["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address, "--ray-namespace", "raygate-console"],
+        ["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address, "--ray-namespace", CONSOLE_NAMESPACE],
         log_path,
         env={"RAYGATE_ADMIN_KEY": ADMIN_KEY, "RAYGATE_API_KEYS": API_KEY},
+        timeout=900,
     )
     yield gw
+    undeploy_all(gw, {"Authorization": f"Bearer {ADMIN_KEY}"})
     code = gw.stop()
+    release_namespace(CONSOLE_NAMESPACE)
     assert code == 0, f"console gateway exited with {code}:\n{gw.log()[-4000:]}"
 
 

@@ -50,7 +50,9 @@ class RayNode:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
-            self.proc.wait(10)
+            # At load 30 a killed `ray start` took over 10 s to be reaped; raising here leaked
+            # its Popen, whose ResourceWarning then failed an unrelated later test.
+            self.proc.wait(120)
         self.kill_group()
         self.log_file.close()
 
@@ -69,7 +71,7 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)  # for every node, over this process's
     nodes: list[RayNode] = field(default_factory=list)
 
-    def _start(self, name: str, args: list[str], timeout: float = 300) -> RayNode:
+    def _start(self, name: str, args: list[str], timeout: float = 600) -> RayNode:
         """`ray start` for one node, started again when its raylet died during the start (Ray
         2.60's raylet aborts when its dashboard agent takes over 15 s to come up on a busy box, and
         `ray start --block` then says nothing for minutes) or `ray start` gave up on a starved node
