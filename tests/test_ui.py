@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import CHAT_MODEL, DEFAULT_CONFIG, EMBED_MODEL
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
-from tests.support.release import release_namespace, undeploy_all
+from tests.support.release import stop_and_release
 
 ADMIN_KEY = "sk-admin-console-test-0123456789"
 API_KEY = "sk-api-console-test-0123456789"
@@ -53,9 +53,7 @@ def console(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         timeout=900,
     )
     yield gw
-    undeploy_all(gw, {"Authorization": f"Bearer {ADMIN_KEY}"})
-    code = gw.stop()
-    release_namespace(CONSOLE_NAMESPACE)
+    code = stop_and_release(gw, CONSOLE_NAMESPACE, {"Authorization": f"Bearer {ADMIN_KEY}"})
     assert code == 0, f"console gateway exited with {code}:\n{gw.log()[-4000:]}"
 
 

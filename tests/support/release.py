@@ -13,18 +13,23 @@ import time
 import httpx
 import ray
 
+from tests.support.admin import deployments
 from tests.support.gateway import GatewayProcess
 
 
-def undeploy_all(gateway: GatewayProcess, headers: dict[str, str] | None = None) -> None:
-    """Every deployment removed through the admin API (a drain: engines shut down as in production)."""
-    r = httpx.get(f"{gateway.url}/admin/deployments", headers=headers, timeout=60)
-    assert r.status_code == 200, r.text
-    for name in (d["name"] for d in r.json()["data"]):
+def stop_and_release(
+    gateway: GatewayProcess, namespace: str, headers: dict[str, str] | None = None, timeout: float = 60
+) -> int | None:
+    """Remove every deployment through the admin API (a drain: engines shut down as in
+    production), stop the gateway, then release its namespace; the gateway's exit code."""
+    for name in deployments(gateway.url, headers):
         gone = httpx.delete(
             f"{gateway.url}/admin/deployments/{name}", params={"timeout": 60}, headers=headers, timeout=300
         )
         assert gone.status_code == 200, gone.text
+    code = gateway.stop(timeout=timeout)
+    release_namespace(namespace)
+    return code
 
 
 def release_namespace(namespace: str, timeout: float = 120) -> None:

@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.support.gateway import GatewayProcess, start_gateway
-from tests.support.release import release_namespace, undeploy_all
+from tests.support.release import stop_and_release
 from tests.support.vllm import VLLM_CONFIG, VLLM_NAMESPACE, VllmDeployment, missing_setup
 
 ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core machine
@@ -55,9 +55,7 @@ def vllm(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         timeout=ENGINE_START_TIMEOUT_S,
     )
     yield VllmDeployment(gw)
-    undeploy_all(gw)  # the EngineCores would outlive the gateway (tests/support/release.py)
-    code = gw.stop(timeout=120)
-    release_namespace(VLLM_NAMESPACE)
+    code = stop_and_release(gw, VLLM_NAMESPACE, timeout=120)  # else the EngineCores outlive it
     assert code == 0, f"vLLM gateway exited with {code}:\n{gw.log()[-4000:]}"
 
 
