@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.admin import deployments, raygate, wait_deployment
 from tests.support.cluster import LocalCluster
-from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.gateway import GatewayProcess
 
 AUTOSCALING = (
     "{min_replicas: 0, max_replicas: 4, target_ongoing_requests: 1, upscale_delay_s: 0.2, "
@@ -66,13 +66,7 @@ def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
         cluster.add_node("side", num_cpus=1, resources={"slot": 1})
         seed = root / "seed.yaml"
         seed.write_text(SEED)
-        args = ["--config", str(seed), "--ray-address", cluster.address]
-        with ThreadPoolExecutor(2) as pool:
-            starting = [pool.submit(start_gateway, args, root / f"gw{i}.log") for i in (1, 2)]
-        started.extend(f.result() for f in starting if f.exception() is None)
-        for future in starting:
-            if (exc := future.exception()) is not None:
-                raise exc
+        started.extend(cluster.start_gateways(seed))
         yield Gateways(*started)
     finally:
         for gw in started:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 
 from tests.support.admin import MINILM_PATH, deployments, embed_spec, settled_ready, wait_deployment
 from tests.support.cluster import LocalCluster
-from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.gateway import GatewayProcess
 
 # Bounds on a hang: the two nodes and two gateways start inside this test's budget, and on two
 # busy cores a head's `ray start` took over 300 s.
@@ -58,14 +57,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
         cluster.add_node("side", num_cpus=1, resources={"side": 1})
         seed = root / "seed.yaml"
         seed.write_text(SEED)
-        args = ["--config", str(seed), "--ray-address", cluster.address]
-        # Both at once: whichever reaches Ray first creates the controller, the other attaches.
-        with ThreadPoolExecutor(2) as pool:
-            starting = [pool.submit(start_gateway, args, root / f"gw{i}.log") for i in (1, 2)]
-        gateways.extend(f.result() for f in starting if f.exception() is None)
-        for future in starting:
-            if (exc := future.exception()) is not None:
-                raise exc
+        gateways.extend(cluster.start_gateways(seed))
         yield TwoNodes(cluster, *gateways)
     finally:
         for gw in gateways:

@@ -13,8 +13,10 @@ import pytest
 
 from bench.servers import free_port
 from tests.support.gateway import RAYGATE, REPO, start_gateway
+from tests.support.release import release_namespace
 
 SYNTH = "synth-container"
+NAMESPACE = "raygate-container"
 ADMIN_KEY = "container-admin-key-42"
 
 
@@ -36,7 +38,7 @@ def test_closed_admin_refuses_admin_and_serves_v1(ray_address: str, tmp_path: Pa
     key_file = tmp_path / "admin_key"
     key_file.write_text(f"{ADMIN_KEY}\n")  # a secret file ends with a newline: ignored
     common = ["--config", str(_config(tmp_path)), "--ray-address", ray_address, "--host", "0.0.0.0"]
-    env = {**_no_raygate_env(), "RAYGATE_CLOSED_ADMIN": "1", "RAYGATE_RAY_NAMESPACE": "raygate-container"}
+    env = {**_no_raygate_env(), "RAYGATE_CLOSED_ADMIN": "1", "RAYGATE_RAY_NAMESPACE": NAMESPACE}
     gw = start_gateway(common, tmp_path / "closed.log", env=env)
     try:
         refused = httpx.get(f"{gw.url}/admin/deployments", timeout=30)
@@ -60,7 +62,9 @@ def test_closed_admin_refuses_admin_and_serves_v1(ray_address: str, tmp_path: Pa
         assert listed.status_code == 200 and [d["name"] for d in listed.json()["data"]] == [SYNTH]
         assert ADMIN_KEY not in gw.log()
     finally:
-        assert gw.stop() == 0, gw.log()[-4000:]
+        code = gw.stop()
+        release_namespace(NAMESPACE)
+    assert code == 0, gw.log()[-4000:]
 
 
 def test_an_unreadable_admin_key_file_stops_the_start(tmp_path: Path) -> None:

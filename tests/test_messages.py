@@ -22,6 +22,7 @@ from anthropic.types import Message, MessageParam, RawMessageStreamEvent, ToolPa
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.gateway import GatewayProcess
 from tests.support.ops import ADMIN_KEY, MAX_BODY, MESSAGES_LIMITED_KEY, SMOLLM_KEY, metric, scrape
+from tests.support.structured import max_call_bytes, max_json_bytes
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -42,6 +43,12 @@ TOOLS: list[ToolParam] = [
     {"name": "get_time", "description": "Current time in a time zone", "input_schema": TIME_SCHEMA},
 ]
 SCHEMAS = {"get_weather": WEATHER_SCHEMA, "get_time": TIME_SCHEMA}
+# The longest text of one call to either tool (tests/support/structured.py): with parallel calls
+# off, a forced call ends by itself (`tool_use`) within this many tokens on any machine. With them
+# on, the model may go on calling until `max_tokens`.
+CALL_TOKENS = max_call_bytes(
+    [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}} for t in TOOLS]
+)
 ASK: list[MessageParam] = [{"role": "user", "content": "What is the weather like in Paris?"}]
 HELLO: list[MessageParam] = [{"role": "user", "content": "Say hello."}]
 STOP_REASONS = {"end_turn", "max_tokens", "stop_sequence", "tool_use"}
@@ -139,19 +146,32 @@ def test_max_tokens_is_honoured(anthropic_client: anthropic.Anthropic) -> None:
     assert out.stop_reason in ("max_tokens", "end_turn")
 
 
+WEATHER_TODAY: list[MessageParam] = [
+    {"role": "user", "content": "Describe the weather here today in a sentence."}
+]
+
+
+def stop_letters(anthropic_client: anthropic.Anthropic) -> list[str]:
+    """Stop sequences this machine's greedy answer must hit: the last letter it writes, in both
+    cases (another CPU writes other text, with or without any given letter: `Sunny and warm.`)."""
+    full = anthropic_client.messages.create(
+        model=CHAT_MODEL, max_tokens=60, extra_body=GREEDY, messages=WEATHER_TODAY
+    )
+    letters = [c for b in full.content if b.type == "text" for c in b.text if c.isalpha()]
+    assert letters, full.content
+    return sorted({letters[-1], letters[-1].lower(), letters[-1].upper()})
+
+
 def test_stop_sequence_is_reported(anthropic_client: anthropic.Anthropic) -> None:
-    """Any English answer has an `e` early on: the stop fires, is named, and never leaks."""
+    """A stop taken from the greedy answer fires, is named, and never leaks."""
+    stops = stop_letters(anthropic_client)
     out = anthropic_client.messages.create(
-        model=CHAT_MODEL,
-        max_tokens=60,
-        extra_body=GREEDY,
-        stop_sequences=["e", "E"],
-        messages=[{"role": "user", "content": "Describe the weather here today in a sentence."}],
+        model=CHAT_MODEL, max_tokens=60, extra_body=GREEDY, stop_sequences=stops, messages=WEATHER_TODAY
     )
     check_message(out, 60)
-    assert out.stop_reason == "stop_sequence" and out.stop_sequence in ("e", "E")
+    assert out.stop_reason == "stop_sequence" and out.stop_sequence in stops
     text = "".join(b.text for b in out.content if b.type == "text")
-    assert "e" not in text and "E" not in text
+    assert not any(stop in text for stop in stops)
 
 
 def test_top_k_one_is_greedy(anthropic_client: anthropic.Anthropic) -> None:
@@ -173,13 +193,14 @@ def test_output_format_constrains_the_text(anthropic_client: anthropic.Anthropic
         "required": ["colour"],
         "additionalProperties": False,
     }
+    budget = max_json_bytes(schema)  # the schema's longest answer: it ends by itself on any CPU
     out = anthropic_client.messages.create(
         model=CHAT_MODEL,
-        max_tokens=60,
+        max_tokens=budget,
         messages=[{"role": "user", "content": "Name a colour, as JSON."}],
         output_config={"format": {"type": "json_schema", "schema": schema}},
     )
-    check_message(out, 60)
+    check_message(out, budget)
     assert out.stop_reason == "end_turn" and out.content[0].type == "text"
     jsonschema.validate(json.loads(out.content[0].text), schema)
 
@@ -284,27 +305,30 @@ def test_sdk_stream_accumulates(anthropic_client: anthropic.Anthropic) -> None:
 
 
 def test_sdk_raw_stream_with_stop_sequence(anthropic_client: anthropic.Anthropic) -> None:
+    stops = stop_letters(anthropic_client)
     events: list[RawMessageStreamEvent] = list(
         anthropic_client.messages.create(
             model=CHAT_MODEL,
             max_tokens=60,
             extra_body=GREEDY,
-            stop_sequences=["e", "E"],
-            messages=[{"role": "user", "content": "Describe the weather here today in a sentence."}],
+            stop_sequences=stops,
+            messages=WEATHER_TODAY,
             stream=True,
         )
     )
     delta = next(e for e in events if e.type == "message_delta")
     assert delta.type == "message_delta"
-    assert delta.delta.stop_reason == "stop_sequence" and delta.delta.stop_sequence in ("e", "E")
+    assert delta.delta.stop_reason == "stop_sequence" and delta.delta.stop_sequence in stops
 
 
 # -- tools -----------------------------------------------------------------------------------------
 
 
 def tool_uses(message: Message) -> list[Any]:
+    """The message's calls, each schema-valid; only a last one cut off by `max_tokens` (where the
+    model may call freely, nothing bounds its length) has no input yet."""
     uses = [b for b in message.content if b.type == "tool_use"]
-    for use in uses:
+    for use in uses if message.stop_reason != "max_tokens" else uses[:-1]:
         jsonschema.validate(use.input, SCHEMAS[use.name])
     return uses
 
@@ -312,13 +336,13 @@ def tool_uses(message: Message) -> list[Any]:
 def test_any_forces_a_schema_valid_call(anthropic_client: anthropic.Anthropic) -> None:
     out = anthropic_client.messages.create(
         model=CHAT_MODEL,
-        max_tokens=80,
+        max_tokens=CALL_TOKENS,
         messages=ASK,
         tools=TOOLS,
-        tool_choice={"type": "any"},
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
         extra_body=GREEDY,
     )
-    check_message(out, 80)
+    check_message(out, CALL_TOKENS)
     assert out.stop_reason == "tool_use"
     assert tool_uses(out)
 
@@ -326,12 +350,12 @@ def test_any_forces_a_schema_valid_call(anthropic_client: anthropic.Anthropic) -
 def test_named_tool_forces_that_tool_once(anthropic_client: anthropic.Anthropic) -> None:
     out = anthropic_client.messages.create(
         model=CHAT_MODEL,
-        max_tokens=80,
+        max_tokens=CALL_TOKENS,
         messages=ASK,
         tools=TOOLS,
         tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
     )
-    check_message(out, 80)
+    check_message(out, CALL_TOKENS)
     uses = tool_uses(out)
     assert out.stop_reason == "tool_use" and [u.name for u in uses] == ["get_time"]
 
@@ -349,10 +373,10 @@ def test_tool_result_round_trip(anthropic_client: anthropic.Anthropic) -> None:
     answer or call again; count_tokens of the whole conversation matches the create's usage."""
     first = anthropic_client.messages.create(
         model=CHAT_MODEL,
-        max_tokens=80,
+        max_tokens=CALL_TOKENS,
         messages=ASK,
         tools=TOOLS,
-        tool_choice={"type": "any"},
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
         extra_body=GREEDY,
     )
     uses = tool_uses(first)
@@ -383,7 +407,7 @@ def test_tool_result_round_trip(anthropic_client: anthropic.Anthropic) -> None:
         model=CHAT_MODEL, max_tokens=40, messages=conversation, tools=TOOLS, tool_choice={"type": "auto"}
     )
     check_message(second, 40)
-    tool_uses(second)  # a further call is allowed, and must be schema-valid
+    tool_uses(second)  # a further call is allowed, and must be schema-valid unless cut off
     count = anthropic_client.messages.count_tokens(
         model=CHAT_MODEL, messages=conversation, tools=TOOLS, tool_choice={"type": "auto"}
     )
@@ -395,11 +419,11 @@ def test_streamed_input_json_parses_to_valid_input(
 ) -> None:
     body = {
         "model": CHAT_MODEL,
-        "max_tokens": 80,
+        "max_tokens": CALL_TOKENS,
         "temperature": 0,
         "messages": ASK,
         "tools": TOOLS,
-        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
     }
     events = raw_events(gateway, body)
     check_event_order(events)

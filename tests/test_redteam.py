@@ -38,6 +38,7 @@ from tests.support.redteam import (
     replica_pids,
     schema_body,
 )
+from tests.support.release import release_namespace
 
 # -- 1, 2: grammar crash and memory bomb --------------------------------------------------------
 
@@ -151,6 +152,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 HEADER_TIMEOUT = 2.0
 KEEP_ALIVE = 2
 SYNTH = "rt-synth"
+NAMESPACE, OPEN_NAMESPACE = "raygate-redteam", "raygate-redteam-open"
 
 
 def _synth_config(folder: Path) -> Path:
@@ -176,7 +178,7 @@ def redteam(
             "--ray-address",
             ray_address,
             "--ray-namespace",
-            "raygate-redteam",
+            NAMESPACE,
             "--state-dir",
             str(state),
             "--admin-key",
@@ -192,6 +194,7 @@ def redteam(
     )
     yield gw, state / "registry.json"
     code = gw.stop()
+    release_namespace(NAMESPACE)
     assert code == 0, f"red-team gateway exited with {code}:\n{gw.log()[-4000:]}"
 
 
@@ -575,7 +578,7 @@ def test_allow_open_admin_starts_and_says_so(ray_address: str, tmp_path: Path) -
             "--ray-address",
             ray_address,
             "--ray-namespace",
-            "raygate-redteam-open",
+            OPEN_NAMESPACE,
             "--host",
             "0.0.0.0",
             "--allow-open-admin",
@@ -587,7 +590,9 @@ def test_allow_open_admin_starts_and_says_so(ray_address: str, tmp_path: Path) -
         log = gw.log()
         assert "/admin is open to anyone who can reach 0.0.0.0" in log and "/v1 is open to anyone" in log
     finally:
-        assert gw.stop() == 0, gw.log()[-4000:]
+        code = gw.stop()
+        release_namespace(OPEN_NAMESPACE)
+    assert code == 0, gw.log()[-4000:]
 
 
 # -- 12: an embedded Ray leaves nothing behind ----------------------------------------------------

@@ -28,7 +28,9 @@ from tests.conftest import replica_actors, replica_stats
 from tests.support.gateway import start_gateway
 from tests.support.ops import wait_for
 from tests.support.redteam import assert_openai_error, post_json, replica_pids
+from tests.support.release import release_namespace
 
+NAMESPACE = "raygate-redteam-stream"
 STALL_S = 5.0
 MAX_SEQUENCES = 8
 LONG = "rt2-long"  # 50,000 tokens of 2,000 characters: a 100 MB answer
@@ -65,7 +67,7 @@ def gw(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
             "--ray-address",
             ray_address,
             "--ray-namespace",
-            "raygate-redteam-stream",
+            NAMESPACE,
             "--stream-stall-timeout",
             str(STALL_S),
             "--max-sequences",
@@ -75,6 +77,7 @@ def gw(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
     )
     yield gateway
     code = gateway.stop()
+    release_namespace(NAMESPACE)
     assert code == 0, f"gateway exited with {code}:\n{gateway.log()[-4000:]}"
 
 

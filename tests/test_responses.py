@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import jsonschema
@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from tests.conftest import CHAT_MODEL
 from tests.support.openapi import validate
-from tests.support.structured import max_json_bytes
+from tests.support.structured import check_json_object, max_call_bytes, max_json_bytes
 
 WEATHER_PARAMS: dict[str, Any] = {
     "type": "object",
@@ -40,6 +40,10 @@ WEATHER_TOOL: dict[str, Any] = {
     "parameters": WEATHER_PARAMS,
     "strict": True,
 }
+# The longest text of one get_weather call (tests/support/structured.py): with parallel calls off,
+# a forced call ends by itself within this many tokens on any machine. With them on (the default)
+# the model may go on calling until `max_output_tokens`, and the last call is then cut off.
+CALL_BUDGET = max_call_bytes([{"type": "function", "function": WEATHER_TOOL}])
 PERSON: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -49,6 +53,8 @@ PERSON: dict[str, Any] = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
+# The longest answer PERSON allows: the budget that lets any CPU's greedy text end by itself.
+PERSON_BUDGET = max_json_bytes(PERSON)
 # A schema no answer can satisfy in 16 tokens: the output is cut by max_output_tokens.
 LONG: dict[str, Any] = {
     "type": "object",
@@ -210,7 +216,7 @@ def test_stream_event_sequence(client: openai.OpenAI, base_url: str) -> None:
     # schema guarantees the answer ends within the token limit).
     fmt: Any = {"type": "json_schema", "name": "person", "schema": PERSON}
     with client.responses.stream(
-        model=CHAT_MODEL, input="Describe Ada.", text={"format": fmt}, max_output_tokens=120
+        model=CHAT_MODEL, input="Describe Ada.", text={"format": fmt}, max_output_tokens=PERSON_BUDGET
     ) as stream:
         kinds = [event.type for event in stream]
         response = stream.get_final_response()
@@ -228,7 +234,17 @@ def test_tools_round_trip(client: openai.OpenAI, base_url: str) -> None:
     """`required` forces a call with schema-valid arguments; the result goes back as a
     `function_call_output` item (in a full input list, and via `previous_response_id`)."""
     ask = [{"role": "user", "content": "What is the weather like in Paris?"}]
-    r = post(base_url, {"input": ask, "tools": [WEATHER_TOOL], "tool_choice": "required", "temperature": 0})
+    r = post(
+        base_url,
+        {
+            "input": ask,
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "max_output_tokens": CALL_BUDGET,
+            "temperature": 0,
+        },
+    )
     body = r.json()
     validate(body, "Response")
     calls = [item for item in body["output"] if item["type"] == "function_call"]
@@ -274,6 +290,8 @@ def test_named_tool_choice_and_streamed_call(base_url: str) -> None:
             "input": "What is the weather in Oslo?",
             "tools": [WEATHER_TOOL, {**WEATHER_TOOL, "name": "get_time"}],
             "tool_choice": {"type": "function", "name": "get_weather"},
+            "parallel_tool_calls": False,
+            "max_output_tokens": CALL_BUDGET,
             "temperature": 0,
         },
     )
@@ -309,10 +327,6 @@ class Person(BaseModel):
     age: int = Field(ge=0, le=150)
 
 
-# The longest answer PERSON allows: the budget that lets any CPU's greedy text end by itself.
-PERSON_BUDGET = max_json_bytes(PERSON)
-
-
 def test_json_schema_output(client: openai.OpenAI, base_url: str) -> None:
     fmt = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
     body = post(
@@ -345,15 +359,24 @@ def test_json_schema_output(client: openai.OpenAI, base_url: str) -> None:
 
 
 def test_json_object_output(client: openai.OpenAI) -> None:
-    out = client.responses.create(
-        model=CHAT_MODEL,
-        input="Give me a JSON object with a key 'answer'.",
-        text={"format": {"type": "json_object"}},
-        max_output_tokens=100,
-        temperature=0,  # as chat's test_json_object: greedy closes the object well within 100
-    )
-    assert out.status == "completed"
-    assert isinstance(json.loads(out.output_text), dict)
+    """`json_object` bounds nothing (chat's test_json_object): on one CPU SmolLM2 closes its object,
+    on another it writes `{"answer": "The answer is: The answer is: ...` to the end. The answer is
+    an object when the model ends it and the beginning of one when `max_output_tokens` cuts it off
+    (then the response says so), under the least budget the API takes (16) and a larger one."""
+    for budget in (16, 100):
+        out = client.responses.create(
+            model=CHAT_MODEL,
+            input="Give me a JSON object with a key 'answer'.",
+            text={"format": {"type": "json_object"}},
+            max_output_tokens=budget,
+            temperature=0,
+        )
+        assert out.status in ("completed", "incomplete"), out.status
+        if out.status == "incomplete":
+            assert out.incomplete_details is not None
+            assert out.incomplete_details.reason == "max_output_tokens"
+            assert out.usage is not None and out.usage.output_tokens == budget
+        check_json_object(out.output_text, "stop" if out.status == "completed" else "length")
 
 
 def test_chat_json_object_with_schema_is_a_constraint(base_url: str) -> None:
@@ -524,16 +547,20 @@ async def agents_client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
 
 
 async def test_agents_runner_with_function_tool(agents_client: openai.AsyncOpenAI) -> None:
-    """The agents SDK's Responses model drives a function tool through the gateway: the first turn
-    must call it (`tool_choice: required`), the tool runs, its output goes back as a
-    `function_call_output` item, and the run ends with a final output."""
+    """The agents SDK's Responses model drives a function tool through the gateway: each turn
+    must call it (`tool_choice: required`, kept after the first call), the tool runs, its output
+    goes back as a `function_call_output` item, and the run ends with a final output.
+
+    One call a turn (`parallel_tool_calls` off) and a bounded argument, so each turn's call ends
+    within `max_tokens` on any machine: whether a tiny model would call again by itself, or how
+    many calls it would write, moves with the CPU."""
     from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool
     from agents.agent import ToolsToFinalOutputResult
 
     calls: list[str] = []
 
     @function_tool
-    def get_weather(city: str) -> str:
+    def get_weather(city: Annotated[str, Field(max_length=30)]) -> str:
         """The current weather in a city."""
         calls.append(city)
         return f"It is sunny in {city}."
@@ -542,12 +569,23 @@ async def test_agents_runner_with_function_tool(agents_client: openai.AsyncOpenA
         """Let the model see the first result (a second model turn); stop at the second call."""
         return ToolsToFinalOutputResult(is_final_output=len(calls) > 1, final_output=results[-1].output)
 
+    budget = max_call_bytes(
+        [
+            {
+                "type": "function",
+                "function": {"name": get_weather.name, "parameters": get_weather.params_json_schema},
+            }
+        ]
+    )
     agent = Agent(
         name="weather",
         instructions="Use the get_weather tool to answer.",
         model=OpenAIResponsesModel(model=CHAT_MODEL, openai_client=agents_client),
         tools=[get_weather],
-        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=64),
+        model_settings=ModelSettings(
+            tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=budget
+        ),
+        reset_tool_choice=False,  # the second turn must call too (the SDK resets it to `auto`)
         tool_use_behavior=after_second_call,
     )
     result = await Runner.run(agent, "What is the weather in Paris?", max_turns=4)

@@ -4,7 +4,6 @@ of the controller, and the persisted registry, not the config, decides what is s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -16,10 +15,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import ray
 
 from tests.support.admin import MINILM_PATH, SMOLLM, raygate, settled_ready, wait_deployment
 from tests.support.gateway import RAYGATE, start_gateway
+from tests.support.release import release_namespace
 
 NAMESPACE = "raygate-restart-test"
 ADMIN_KEY = "admin-s3cret"
@@ -38,15 +37,7 @@ def wait_ready(url: str, timeout: float = 120) -> None:
 def kill_controller() -> None:
     """What losing the cluster's controller looks like; its replicas die with it (it owns them).
     A cluster restart loses the other detached actor of the namespace too, the Responses store."""
-    ray.kill(ray.get_actor("controller", namespace=NAMESPACE))
-    with contextlib.suppress(ValueError):  # no gateway of this test served /v1/responses yet
-        ray.kill(ray.get_actor("responses", namespace=NAMESPACE))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the controller's replicas outlived it")
+    release_namespace(NAMESPACE, timeout=60)
 
 
 @pytest.fixture
@@ -54,10 +45,7 @@ def restart_env(ray_address: str, tmp_path: Path) -> Iterator[tuple[list[str], P
     state_dir = tmp_path / "state"
     args = ["--ray-address", ray_address, "--ray-namespace", NAMESPACE, "--state-dir", str(state_dir)]
     yield args, state_dir
-    try:
-        ray.kill(ray.get_actor("controller", namespace=NAMESPACE))
-    except ValueError:
-        pass  # already gone
+    release_namespace(NAMESPACE)
 
 
 def test_registry_survives_gateway_and_controller_restarts(

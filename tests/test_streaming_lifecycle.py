@@ -14,10 +14,13 @@ import pytest
 
 from tests.conftest import CHAT_MODEL, replica_stats
 
+# Only the client's disconnect may end it: where the greedy count stops by itself moves with the
+# CPU, and a stop before the gateway saw the client go would leave nothing to abort.
 LONG = {
     "model": CHAT_MODEL,
     "prompt": "Count upwards forever: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
     "max_tokens": 1500,
+    "ignore_eos": True,
     "temperature": 0,
     "stream": True,
 }

@@ -30,6 +30,7 @@ from backends.engines.model_files import resolve_model_file
 from protocol.config import ModelSource
 from tests.support.admin import raygate, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.release import release_namespace
 from tests.support.rerank import LOGIT_TOLERANCE, reference_logits, tiny_reranker
 
 pytestmark = pytest.mark.slow
@@ -122,10 +123,7 @@ def xgw(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield gw, state_dir
     finally:
         code = gw.stop()
-        try:
-            ray.kill(ray.get_actor("controller", namespace=NAMESPACE))
-        except ValueError:
-            pass
+        release_namespace(NAMESPACE)
         assert code == 0, gw.log()[-3000:]
 
 

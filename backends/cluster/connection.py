@@ -28,8 +28,15 @@ START_FAILURES = ("timed out during startup", "Failed to connect to GCS")
 # A cluster started here is private to its process: Ray's token auth off. Ray starts worker
 # processes at nice 15; replicas are the workload here, not background jobs: niced, a replica got
 # a few percent of a shared core against any normal process and its TTFT went from ~20 ms to
-# 30-600 ms (measured with bench/ on 2 busy cores). The image and compose set the same.
-LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
+# 30-600 ms (measured with bench/ on 2 busy cores); the image and compose set the niceness too.
+# A worker (a Python start that imports Ray) not registered within Ray's 60 s is killed and started
+# again: at a load of ~40 on two cores starts took longer than that, and each retry added to the
+# load (up to 118) until gateways timed out; 300 s lets a slow start finish.
+LOCAL_RAY_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_worker_niceness": "0",
+    "RAY_worker_register_timeout_seconds": "300",
+}
 
 
 def connect(address: str | None, num_cpus: float | None = None, namespace: str = NAMESPACE) -> None:

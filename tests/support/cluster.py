@@ -14,16 +14,21 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS, is_start_failure
 from bench.servers import free_port
+from tests.support.gateway import GatewayProcess, start_gateway
 
 RAY = Path(sys.executable).parent / "ray"
 # Notice a dead node within ~2 s instead of Ray's default ~15 s (the node-death test waits on it).
 HEAD_SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
+# A bound on a hang, not an expectation: two gateways starting at once on three raylets took over
+# the default 240 s to be ready on two busy cores (each Ray worker a Python start at load ~40).
+GATEWAY_START_S = 900
 
 
 def _raylet_died(temp_dir: Path) -> bool:
@@ -155,6 +160,23 @@ class LocalCluster:
             name,
             ["--address", self.address, "--num-cpus", str(num_cpus), "--resources", json.dumps(resources)],
         )
+
+    def start_gateways(self, config: Path, count: int = 2) -> list[GatewayProcess]:
+        """`count` gateways on this cluster, started at once: whichever reaches Ray first creates
+        the controller, the others attach. If one fails, none is left running."""
+        args = ["--config", str(config), "--ray-address", self.address]
+        with ThreadPoolExecutor(count) as pool:
+            starting = [
+                pool.submit(start_gateway, args, self.root / f"gw{i}.log", None, GATEWAY_START_S)
+                for i in range(1, count + 1)
+            ]
+        started = [f.result() for f in starting if f.exception() is None]
+        for future in starting:
+            if (exc := future.exception()) is not None:
+                for gateway in started:
+                    gateway.stop()
+                raise exc
+        return started
 
     def stop(self) -> None:
         for node in reversed(self.nodes):

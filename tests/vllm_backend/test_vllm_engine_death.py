@@ -37,7 +37,16 @@ def test_engine_death_fails_in_flight_then_the_replica_serves_again(
     probe = {"model": CHAT_MODEL, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
     before = httpx.post(f"{base_url}/completions", json=probe, timeout=120)
     assert before.status_code == 200, before.text
-    body = {"model": CHAT_MODEL, "prompt": "1, 2, 3,", "max_tokens": 1500, "temperature": 0, "stream": True}
+    # Only the engine's death may end this stream: a greedy stop at the model's EOS (where it comes
+    # moves with the CPU) before the kill took effect would leave no error to see.
+    body = {
+        "model": CHAT_MODEL,
+        "prompt": "1, 2, 3,",
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
     events: list[dict] = []
     with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=120) as r:
         assert r.status_code == 200
