@@ -96,6 +96,7 @@ class _ResponseProtocol(asyncio.Protocol):
         self.usage_tokens: int | None = None
         self.stream_error = ""
         self.closed = False
+        self.received = False  # any byte of the current response
 
     def begin(self, result: RequestResult, done: asyncio.Future[None]) -> None:
         self._parser = httptools.HttpResponseParser(self)
@@ -103,6 +104,7 @@ class _ResponseProtocol(asyncio.Protocol):
         self._body.clear()
         self._sse = b""
         self.status, self.chunks, self.usage_tokens, self.stream_error = 0, 0, None, ""
+        self.received = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,6 +119,7 @@ class _ResponseProtocol(asyncio.Protocol):
         if self._parser is None:
             return
         self._now = time.perf_counter()
+        self.received = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -180,11 +183,15 @@ class Connection:
         self._protocol = None
 
     async def stream(self, path: str, payload: bytes, result: RequestResult, expected: int | None) -> None:
+        """One request. A kept-alive connection that the server closes before answering (llama-server
+        drops one after each streamed response) is opened again and the request sent once more, as
+        curl and urllib3 do: the server never saw it, so nothing is counted twice."""
         loop = asyncio.get_running_loop()
-        if self._protocol is None or self._protocol.closed:
+        reused = self._protocol is not None and not self._protocol.closed
+        if not reused:
             _, self._protocol = await loop.create_connection(_ResponseProtocol, self._host, self._port)
         protocol = self._protocol
-        assert protocol.transport is not None
+        assert protocol is not None and protocol.transport is not None
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -194,7 +201,15 @@ class Connection:
         protocol.begin(result, done)
         result.sent = time.perf_counter()
         protocol.transport.write(head + payload)
-        await done
+        try:
+            await done
+        except ConnectionResetError:
+            if not reused or protocol.received:
+                raise
+            self._protocol, first_sent = None, result.sent
+            await self.stream(path, payload, result, expected)
+            result.sent = first_sent  # the lost attempt counts in the request's TTFT and E2E
+            return
         result.end = time.perf_counter()
         if protocol.status != 200:
             raise HttpError(str(protocol.status), protocol.error_body)

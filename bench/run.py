@@ -44,8 +44,8 @@ class Targets:
             assert self.engine is not None and workload == "llama"
             return engine_worker_factory(self.engine, plan.LLAMA_PROMPT, plan.L0_SAMPLING, plan.OUTPUT_TOKENS)
         body = plan.WORKLOADS[workload]
-        if target == "L2-batched":
-            target, body = "L2", {**body, "model": plan.BATCHED_MODEL}
+        if target in plan.MODEL_TARGETS:
+            target, body = "L2", {**body, "model": plan.MODEL_TARGETS[target]}
         base = self.urls["bare"] + "/joined" if target == "bare-joined" else self.urls[target]
         unique = workload in plan.UNIQUE
         return http_worker_factory(base + "/v1", Workload("/completions", body, plan.OUTPUT_TOKENS, unique))
@@ -264,7 +264,7 @@ async def run_plan(
     needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests or with_rerank else set())
     if "bare-joined" in needed:
         needed.add("bare")
-    if "L2-batched" in needed:
+    if needed & plan.MODEL_TARGETS.keys():
         needed.add("L2")
     started = time.time()
     record: dict[str, Any] = {"started": started, "machine_before": machine(), "scenarios": {}}

@@ -45,4 +45,8 @@ def release_namespace(namespace: str, timeout: float = 120) -> None:
                 ray.kill(ray.get_actor(name, namespace=namespace))
             except ValueError:  # gone between the listing and the look-up: released already
                 continue
+            except AssertionError:
+                # Ray lists a named actor before its class reaches the GCS (one that a stopping
+                # gateway was still creating): no handle can be made yet, so look again next round.
+                continue
         time.sleep(0.5)
