@@ -99,6 +99,9 @@ class ControllerClient:
                 self.reachable = True
                 continue
             except (RayActorError, TimeoutError) as exc:
+                # From this moment, not after the reconnect below: a /ready that still said 200
+                # for those seconds sent requests to replicas that died with the controller's node.
+                self.reachable = False
                 log.warning(
                     "controller unreachable (%s); reconnecting", (str(exc) or repr(exc)).splitlines()[0]
                 )
@@ -110,9 +113,9 @@ class ControllerClient:
                 except Exception:
                     log.exception("cannot recreate the controller")
             except Exception:
+                self.reachable = False
                 log.exception("routing table refresh failed")
                 await asyncio.sleep(RECONNECT_SECONDS)
-            self.reachable = False
             failing_since = failing_since or time.monotonic()
             if self._on_lost is not None and time.monotonic() - failing_since > self._lost_after:
                 log.error(

@@ -62,3 +62,18 @@ async def test_a_recreated_controller_keeps_the_gateway(monkeypatch: Any) -> Non
 async def test_a_cluster_that_stays_gone_stops_the_gateway_once(monkeypatch: Any) -> None:
     monkeypatch.setattr(controller_client, "RECONNECT_SECONDS", 0.01)
     assert await _run(alive=False, reconnects=False, seconds=1.0) == ["lost", False]
+
+
+async def test_not_ready_from_the_first_failed_watch(monkeypatch: Any) -> None:
+    """/ready turns 503 when the watch fails, not after the reconnect pause: in that pause a head
+    restart's dead replicas were still advertised as ready (make test-image saw a 503 answer)."""
+    monkeypatch.setattr(controller_client, "RECONNECT_SECONDS", 30.0)
+    controller = FakeController(alive=False)
+    client = ControllerClient(lambda: controller, lost_after=60)
+    client._controller = controller
+    task = asyncio.create_task(client._watch())
+    await asyncio.sleep(0.2)  # the watch has failed; the reconnect pause has 29.8 s to go
+    reachable = client.reachable
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert reachable is False
