@@ -30,6 +30,18 @@ CLOSE = "</tool_call>"
 # A lazy grammar wakes up when the generated text matches this (llama.cpp matches the whole
 # text so far; the grammar then constrains the text from the capture group on).
 TRIGGER_PATTERN = r"[\s\S]*?(<tool_call>)[\s\S]*"
+# What may follow the tag in the text that wakes the grammar: it starts `<tool_call>\n{`.
+_WAKE_PREFIXES = (b"", b"\n", b"\n{")
+
+
+def trigger_is_safe(text: bytes) -> bool | None:
+    """For a lazy tool-call grammar: None while `text` (the output so far) holds no `<tool_call>`,
+    else whether the grammar accepts what follows the first one (llama.cpp gives it the text from
+    the tag on). Conservative: only the ways a call block can start."""
+    at = text.find(OPEN.encode())
+    if at < 0:
+        return None
+    return text[at + len(OPEN) :] in _WAKE_PREFIXES
 
 
 def active(tools: ToolsSpec | None) -> bool:

@@ -110,6 +110,8 @@ def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str,
     return None
 
 
+# Draws that may be refused while a lazy grammar waits (`TokenSampler._trigger_safely`).
+_MAX_REDRAWS = 16
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
 
@@ -120,13 +122,22 @@ class TokenSampler:
     one-sequence engine, the sequence's own token in the shared batch for the batched one."""
 
     def __init__(
-        self, chain: LlamaSampler, grammar: Any, n_vocab: int, mask: TokenMask | None = None
+        self,
+        chain: LlamaSampler,
+        grammar: Any,
+        n_vocab: int,
+        mask: TokenMask | None = None,
+        lazy_vocab: Any = None,
     ) -> None:
+        """`lazy_vocab`: the vocabulary, when `grammar` is lazy (waits for `<tool_call>`)."""
         self._chain = chain
         self._grammar = grammar
         self._n_vocab = n_vocab
         self._mask = mask
         self._history: list[int] = []  # what this sampler drew: the mask's rules look back on it
+        self._vocab = lazy_vocab
+        # The text so far while a lazy grammar waits for its trigger (llama.cpp's own buffer).
+        self._awaiting: bytes | None = b"" if lazy_vocab is not None else None
         if grammar is not None:
             self._cur = (llama_cpp.llama_token_data * n_vocab)()
             self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
@@ -154,14 +165,50 @@ class TokenSampler:
         token = self._draw(logits, masked=False)
         if not self._fits(token):
             token = self._draw(logits, masked=True)
+        if self._awaiting is not None:
+            token = self._trigger_safely(logits, token)
         llama_cpp.llama_sampler_accept(self._grammar, token)
         llama_cpp.llama_sampler_accept(self._chain.sampler, token)
         return token
 
-    def _draw(self, logits: np.ndarray, masked: bool) -> int:
+    def _trigger_safely(self, logits: np.ndarray, token: int) -> int:
+        """`token`, or another draw if `token` would wake the lazy grammar with text it rejects.
+
+        When the text so far comes to hold `<tool_call>`, llama.cpp hands the grammar everything
+        from there on, and a grammar that rejects it throws a C++ exception, which aborts the
+        whole process (a token such as `>.` closing the tag; seen in the test suite). While it is
+        still waiting, the grammar cannot tell beforehand: it lets every token through."""
+        banned: list[int] = []
+        while True:
+            assert self._awaiting is not None
+            text = self._awaiting + self._piece(token)
+            safe = tool_calls.trigger_is_safe(text)
+            if safe is None:  # no trigger yet
+                self._awaiting = text
+                return token
+            if safe:
+                self._awaiting = None  # from now on the grammar itself checks every token
+                return token
+            banned.append(token)
+            if len(banned) >= _MAX_REDRAWS:
+                raise RuntimeError("no token opens the tool call as its grammar allows")
+            token = self._draw(logits, masked=False, banned=banned)
+
+    def _piece(self, token: int) -> bytes:
+        """The token's text as llama.cpp's grammar sees it (special tokens rendered)."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:n]
+
+    def _draw(self, logits: np.ndarray, masked: bool, banned: list[int] | None = None) -> int:
         # Samplers sort and shrink the array in place: refill it every time.
         self._view["id"] = self._ids
         self._view["logit"] = logits
+        if banned:
+            self._view["logit"][banned] = -np.inf
         self._view["p"] = 0.0
         cur = llama_cpp.llama_token_data_array(
             data=ctypes.cast(self._cur, llama_cpp.llama_token_data_p),
@@ -263,7 +310,7 @@ def build_sampler(
             "llama.cpp could not compile the grammar for this request.",
             param=tool_calls.constraint_param(sampling) if sampling.constrained else "tools",
         )
-    return TokenSampler(chain, sampler, n_vocab, mask)
+    return TokenSampler(chain, sampler, n_vocab, mask, lazy_vocab=vocab if lazy else None)
 
 
 # -- log-probabilities --------------------------------------------------------------------------
