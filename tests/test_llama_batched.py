@@ -312,7 +312,9 @@ async def test_different_constraints_in_one_batch(single: Engine, batched: Engin
     # Bias decides the token; the reported logprobs are the model's own (as vLLM reports them).
     forced, want = together[4], await collect(single, reqs[4])
     assert forced.text == want.text == " banana" * 4
-    same_logprobs(forced.logprobs, want.logprobs, 2, tol=0.2)
+    # Numbers move with the ubatch a row shares (0.21 nats seen on an AMD EPYC): a row read from
+    # another sequence would differ by nats and in its likeliest token, which is checked too.
+    same_logprobs(forced.logprobs, want.logprobs, 2, tol=0.5)
     first = forced.logprobs[0]  # (once written, " banana" grows likelier by itself)
     assert first.top[0].token != " banana" and first.logprob is not None and first.logprob < -5
 

@@ -110,8 +110,6 @@ def grammar_for(sampling: SamplingParams, tools: ToolsSpec | None) -> tuple[str,
     return None
 
 
-# Draws that may be refused while a lazy grammar waits (`TokenSampler._trigger_safely`).
-_MAX_REDRAWS = 16
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
 
@@ -177,22 +175,26 @@ class TokenSampler:
         When the text so far comes to hold `<tool_call>`, llama.cpp hands the grammar everything
         from there on, and a grammar that rejects it throws a C++ exception, which aborts the
         whole process (a token such as `>.` closing the tag; seen in the test suite). While it is
-        still waiting, the grammar cannot tell beforehand: it lets every token through."""
-        banned: list[int] = []
-        while True:
-            assert self._awaiting is not None
-            text = self._awaiting + self._piece(token)
-            safe = tool_calls.trigger_is_safe(text)
-            if safe is None:  # no trigger yet
-                self._awaiting = text
-                return token
-            if safe:
-                self._awaiting = None  # from now on the grammar itself checks every token
-                return token
-            banned.append(token)
-            if len(banned) >= _MAX_REDRAWS:
-                raise RuntimeError("no token opens the tool call as its grammar allows")
+        still waiting, the grammar cannot tell beforehand: it lets every token through. So every
+        token that would wake it that way is banned at once (the vocabulary's pieces are read
+        only then: rare, ~0.1 s) and the draw repeated, which can then only be safe."""
+        assert self._awaiting is not None
+        text = self._awaiting + self._piece(token)
+        safe = tool_calls.trigger_is_safe(text)
+        if safe is None:  # no trigger yet
+            self._awaiting = text
+            return token
+        if not safe:
+            tail = self._awaiting[-len(tool_calls.OPEN) :]  # all that a token can complete the tag with
+            banned = [
+                t for t in range(self._n_vocab) if tool_calls.trigger_is_safe(tail + self._piece(t)) is False
+            ]
             token = self._draw(logits, masked=False, banned=banned)
+            if tool_calls.trigger_is_safe(tail + self._piece(token)) is None:
+                self._awaiting += self._piece(token)
+                return token
+        self._awaiting = None  # awake: from now on the grammar itself checks every token
+        return token
 
     def _piece(self, token: int) -> bytes:
         """The token's text as llama.cpp's grammar sees it (special tokens rendered)."""
