@@ -223,9 +223,10 @@ async def test_logprobs_match_the_one_sequence_engine(single: Engine, batched: E
     batch when several run at once.
 
     Together, the values move: llama.cpp's numbers on this CPU depend on how a batch is cut
-    into ubatches (which sequences' tokens share a decode), measured here up to ~0.1 nats on
-    unlikely alternatives (~0.01 on likely tokens). So that comparison allows 0.25; a wrong row
-    would give another sequence's distribution, with other tokens on top.
+    into ubatches (which sequences' tokens share a decode), measured up to ~0.1 nats on unlikely
+    alternatives (~0.01 on likely tokens) on one machine and 0.21 on another (an AMD EPYC). So
+    that comparison allows 0.5; a wrong row would give another sequence's distribution, with other
+    tokens on top.
     Each chat prompt is new to the batched engine (used nowhere else here, whatever the order of
     the tests): a prompt served from its cache has its last token evaluated on its own, which
     moves the numbers too (in both engines)."""
@@ -234,7 +235,7 @@ async def test_logprobs_match_the_one_sequence_engine(single: Engine, batched: E
         out = [completion(i, p, logprobs=3, prompt_logprobs=2) for i, p in enumerate(PROMPTS)]
         return [*out, chat(9, f"Name a {color} in one word.", max_tokens=6, logprobs=0)]
 
-    for requests, tol in ((reqs("color"), 1e-3), (reqs("colour"), 0.25)):
+    for requests, tol in ((reqs("color"), 1e-3), (reqs("colour"), 0.5)):
         alone = [await collect(single, r) for r in requests]
         if tol <= 1e-3:
             batched_out = [await collect(batched, r) for r in requests]
