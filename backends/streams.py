@@ -14,8 +14,9 @@ they share one end marker, one way errors travel and one cancellation rule:
   streams and Ray generators) have run when the reader's cleanup is done. A thread cannot be
   interrupted: its feed's `cancel` event is set and it is not waited for (it may be queued behind
   another request on a one-worker executor; it notices the event within one step).
-* Nothing waits on a timer. `batches()` hands out the first item as soon as it arrives and then
-  whatever else is already queued, so coalescing never adds latency.
+* Nothing waits on a timer unless asked. `batches()` hands out the first item as soon as it
+  arrives and then whatever else is already queued, so coalescing adds no latency; given an
+  `interval`, later batches are spaced out by it (fewer, larger batches; never the last one held).
 
 Backpressure: `maxsize` bounds the queue, so a reader that stops reading stops its producers
 (issue #12: a client that read nothing let the engine produce a whole answer into gateway memory).
@@ -32,8 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from types import TracebackType
 from typing import Final, Generic, TypeVar
 
@@ -169,11 +171,19 @@ class Pump(Generic[T]):
                     room.give(1)
                 yield item
 
-    async def batches(self, limit: int | None = None) -> AsyncIterator[list[T]]:
+    async def batches(
+        self, limit: int | None = None, interval: float = 0.0, last: Callable[[T], bool] | None = None
+    ) -> AsyncIterator[list[T]]:
         """Lists of items: waits for one, then takes whatever else is queued already (at most
-        `limit` in all), never waiting for more. Items queued before an error or the end are
-        handed out before it."""
+        `limit` in all). Items queued before an error or the end are handed out before it.
+
+        `interval` (seconds) spaces the batches out: the first leaves at once, a later one not
+        before `interval` after the one before it, gathering what arrives meanwhile (vLLM's
+        `stream_interval`, in time). An item for which `last` is true, an error or the end leaves
+        at once with what was gathered, so the interval never delays a stream's end."""
         queue, room = self._queue, self._room
+        loop = asyncio.get_running_loop()
+        due = -math.inf  # when the next batch may leave
         while self._open:
             batch: list[T] = []
             item = await queue.get()
@@ -189,15 +199,23 @@ class Pump(Generic[T]):
                         break
                 else:
                     batch.append(item)
-                    if limit is not None and len(batch) >= limit:
+                    if (limit is not None and len(batch) >= limit) or (last is not None and last(item)):
                         break
-                if queue.empty():
+                if not queue.empty():
+                    item = queue.get_nowait()
+                    continue
+                wait = due - loop.time()
+                if wait <= 0:
                     break
-                item = queue.get_nowait()
+                try:
+                    item = await asyncio.wait_for(queue.get(), wait)
+                except TimeoutError:
+                    break
             if batch:
                 if room is not None:
                     room.give(len(batch))
                 yield batch
+                due = loop.time() + interval
 
     # -- closing -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ STYLE = {
     "L2": ("Raygate gateway (L2)", "tab:red"),
     "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "L2-wide": ("Raygate, 1 replica x 8 sequences", "tab:brown"),
+    "L2-wide-spaced": ("Raygate, 1 replica x 8, 50 ms stream interval", "tab:cyan"),
     "peer": ("llama_cpp.server", "tab:green"),
     "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),
     "bare": ("bare uvicorn app, write per frame", "tab:purple"),

@@ -7,6 +7,8 @@ Targets (the ladder, plus the peer and the ceiling):
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
     L2-wide  the same gateway, model `smollm2-wide`: llama-server's shape, one replica with every
            core's thread and 8 sequences per decode
+    L2-wide-spaced  the same, with `stream_interval_ms: 50` (tokens made within 50 ms travel as one
+           Ray item)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
@@ -28,7 +30,11 @@ LLAMA_SERVER_SLOTS = 8
 LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # The gateway's targets that serve another model of bench.yaml than LLAMA_MODEL.
-MODEL_TARGETS = {"L2-batched": BATCHED_MODEL, "L2-wide": "smollm2-wide"}
+MODEL_TARGETS = {
+    "L2-batched": BATCHED_MODEL,
+    "L2-wide": "smollm2-wide",
+    "L2-wide-spaced": "smollm2-wide-spaced",
+}
 # A prompt the model keeps continuing: greedy decoding counts upward for far more than 128 tokens,
 # so every target produces exactly OUTPUT_TOKENS (the client marks shorter outputs failed).
 LLAMA_PROMPT = "Count upwards forever: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
@@ -120,7 +126,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("L2", "L2-batched", "L2-wide", "llama-server"),
+        ("L2-batched", "L2-wide", "L2-wide-spaced", "llama-server"),
         (1, 8),
         rounds=1,
         requests_per_stream=2,

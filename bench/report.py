@@ -192,6 +192,7 @@ LLAMA_SERVER_LABELS = {
     "L2": "2 replicas",
     "L2-batched": "2 replicas × 4 sequences per decode",
     "L2-wide": "1 replica × 2 threads × 8 sequences per decode",
+    "L2-wide-spaced": "the same, `stream_interval_ms: 50`",
 }
 
 

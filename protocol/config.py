@@ -197,6 +197,15 @@ class ModelConfig(StrictModel):
         description="Environment variables of each replica's process (a Ray runtime_env), e.g. "
         "OMP_NUM_THREADS or VLLM_CPU_KVCACHE_SPACE.",
     )
+    stream_interval_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        allow_inf_nan=False,
+        description="Least time between two stream batches a replica hands to Ray (vLLM's "
+        "`stream_interval`, in time): tokens made meanwhile travel together. 0 sends each as soon as "
+        "Ray takes it. The first and the last delta of a stream are never held.",
+    )
     max_restarts: int = Field(
         3,
         ge=0,

@@ -171,6 +171,10 @@ class GatewayMetrics:
                 ("prompt_cache_hits_total", "Requests whose prompt reused a cached prefix."),
                 ("prompt_cache_misses_total", "Requests whose prompt was evaluated whole."),
                 ("prompt_cache_reused_tokens_total", "Prompt tokens taken from the prompt cache."),
+                (
+                    "prompt_cache_restored_total",
+                    "Requests whose cached prefix came back from host memory (an evicted slot's state).",
+                ),
             )
         }
 

@@ -32,11 +32,18 @@ async def _engine(**engine: object) -> Engine:
     return e
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["one-sequence", "two-slots"])
+SHAPES = {
+    "one-sequence": {},
+    "two-slots": {"n_seq_max": 2},  # evicted slots are kept in host memory (the default)
+    "two-slots-no-host-copies": {"n_seq_max": 2, "prompt_cache_ram_mib": 0},
+}
+
+
+@pytest.fixture(scope="module", params=list(SHAPES), ids=list(SHAPES))
 async def engines(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Engine, Engine]]:
     """The same engine with the prompt cache on and off."""
-    slots = {} if request.param == 1 else {"n_seq_max": request.param}
-    yield await _engine(**slots), await _engine(prompt_cache=False, **slots)
+    shape = SHAPES[request.param]
+    yield await _engine(**shape), await _engine(prompt_cache=False, **shape)
 
 
 class Conversation:
@@ -87,9 +94,13 @@ async def test_the_next_turn_evaluates_only_what_is_new(engines: tuple[Engine, E
     (_, a1), (_, b1), _, (_, b2), (_, a2) = turns
     if isinstance(on, BatchedLlamaCppEngine):
         # b's slot was not the least recently used when c came: b's second turn reuses all of b's
-        # first prompt; a's slot was evicted for c.
+        # first prompt; a's slot was evicted for c. With host copies, a's state was stored when
+        # c took its slot and comes back for a's second turn; without, a starts over.
         assert b2.cached_tokens is not None and b2.cached_tokens >= b1.prompt_tokens
-        assert (a2.cached_tokens or 0) < a1.prompt_tokens
+        if on.stats().prompt_cache_restored_total > before.prompt_cache_restored_total:
+            assert a2.cached_tokens is not None and a2.cached_tokens >= a1.prompt_tokens
+        else:
+            assert (a2.cached_tokens or 0) < a1.prompt_tokens
     else:
         # One slot: it holds whatever came last (c), so neither continuation reuses its own turn.
         assert (b2.cached_tokens or 0) < b1.prompt_tokens
@@ -107,3 +118,25 @@ async def test_a_continued_conversation_reuses_its_turn(engines: tuple[Engine, E
     _, first = await talk.say(engine, "Name a color.")
     _, second = await talk.say(engine, "Why that one?")
     assert second.cached_tokens is not None and second.cached_tokens >= first.prompt_tokens
+
+
+async def test_host_copies_bring_back_conversations_the_slots_could_not_keep() -> None:
+    """Three conversations on two slots, each continued after the others: every continuation finds
+    its whole earlier turn (from a slot or from host memory), and answers as an engine without any
+    cache does."""
+    on = await _engine(n_seq_max=2)
+    off = await _engine(n_seq_max=2, prompt_cache=False)
+    answers: dict[str, list[str]] = {}
+    for engine in (on, off):
+        talks = {k: Conversation(v) for k, v in SYSTEMS.items()}
+        firsts = {k: (await talk.say(engine, "Name a color."))[1] for k, talk in talks.items()}
+        seconds = {k: (await talk.say(engine, "Why that one?"))[1] for k, talk in talks.items()}
+        answers[str(id(engine))] = [m.content for t in talks.values() for m in t.messages]
+        if engine is on:
+            for k in talks:
+                assert seconds[k].cached_tokens is not None
+                assert seconds[k].cached_tokens >= firsts[k].prompt_tokens, k
+            assert on.stats().prompt_cache_restored_total >= 1
+    assert answers[str(id(on))] == answers[str(id(off))]
+    off_stats = off.stats()
+    assert off_stats.prompt_cache_restored_total == 0 and off_stats.prompt_cache_hits_total == 0

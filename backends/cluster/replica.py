@@ -5,6 +5,12 @@ delta per yield caps near 1k items/s, 16 per yield near 10k), so the worker coal
 delta goes out at once, later ones are batched with whatever else arrived while the previous
 batch was being handed to Ray. No timer is involved, so coalescing never adds latency.
 
+Each item also wakes threads in this process, the gateway and the client, and on a machine whose
+cores all run the engine's threads every wake-up stalls a decode step (llama.cpp's threads meet at
+a barrier per operation). A model's `stream_interval_ms` therefore spaces the batches out: tokens
+made within it travel as one item; the first and the last delta are never held, so neither TTFT
+nor the end of a request moves (README "Performance" has the measurements).
+
 Backpressure: the engine's deltas wait in a bounded pump (`MAX_QUEUED_DELTAS`), and the router
 opens the stream with Ray's generator backpressure, so a gateway that stops pulling (its client
 reads nothing) stops this worker's yields, then the pump's producer, then the engine.
@@ -47,6 +53,10 @@ MAX_QUEUED_DELTAS = MAX_DELTAS_PER_YIELD
 DRAIN_POLL_SECONDS = 0.05
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
+
+
+def _is_last(delta: Delta) -> bool:
+    return delta.finish_reason is not None
 
 
 class ModelWorker:
@@ -112,9 +122,10 @@ class ModelWorker:
     async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         """The engine's deltas, coalesced: the first at once, then whatever queued meanwhile.
         Cancellation (client gone -> ray.cancel) closes the pump, which closes the engine stream."""
+        interval = self._config.stream_interval_ms / 1000
         async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
             pump.add(engine.generate(request))
-            async for batch in pump.batches(MAX_DELTAS_PER_YIELD):
+            async for batch in pump.batches(MAX_DELTAS_PER_YIELD, interval, _is_last):
                 yield batch
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:

@@ -101,6 +101,8 @@ class EngineStats:
     prompt_cache_hits_total: int = 0
     prompt_cache_misses_total: int = 0
     prompt_cache_reused_tokens_total: int = 0
+    # Prompts whose prefix came back from host memory (a slot's state stored when it was evicted).
+    prompt_cache_restored_total: int = 0
     # Engine request ids in flight: the gateway prefixes them with the HTTP X-Request-Id.
     running_ids: tuple[str, ...] = ()
 

@@ -55,6 +55,64 @@ async def test_the_first_item_leaves_at_once_without_waiting_for_company() -> No
             await anext(batches)
 
 
+async def _trickle(values: list[int], fail: BaseException | None = None) -> AsyncIterator[int]:
+    """One item per step of the loop and a little more: items that arrive apart, not queued at once."""
+    for v in values:
+        yield v
+        await asyncio.sleep(0.01)
+    if fail is not None:
+        raise fail
+
+
+async def test_without_an_interval_items_that_arrive_apart_leave_apart() -> None:
+    async with Pump[int]() as pump:
+        pump.add(_trickle([1, 2, 3, 4, 5]))
+        assert [b async for b in pump.batches(64)] == [[1], [2], [3], [4], [5]]
+
+
+async def test_an_interval_gathers_what_arrives_within_it_and_never_holds_the_last_item() -> None:
+    """The first item leaves at once; the rest arrive apart within the (long) interval and leave
+    together, as soon as the last one is there: `wait_for` fails long before 30 s if it is held."""
+    async with Pump[int]() as pump:
+        pump.add(_trickle([1, 2, 3, 4, 5]))
+
+        async def read() -> list[list[int]]:
+            return [b async for b in pump.batches(64, interval=30, last=lambda x: x == 5)]
+
+        assert await asyncio.wait_for(read(), 10) == [[1], [2, 3, 4, 5]]
+
+
+async def test_an_interval_never_holds_the_end_or_an_error() -> None:
+    async with Pump[int]() as pump:
+        pump.add(_trickle([1, 2, 3]))
+
+        async def read() -> list[list[int]]:
+            return [b async for b in pump.batches(64, interval=30)]
+
+        assert await asyncio.wait_for(read(), 10) == [[1], [2, 3]]  # the end released [2, 3]
+    async with Pump[int]() as pump:
+        pump.add(_trickle([1, 2, 3], ValueError("boom")))
+        got: list[list[int]] = []
+
+        async def read_until_error() -> None:
+            async for b in pump.batches(64, interval=30):
+                got.append(b)
+
+        with pytest.raises(ValueError, match="boom"):
+            await asyncio.wait_for(read_until_error(), 10)
+        assert got == [[1], [2, 3]]
+
+
+async def test_an_interval_still_hands_out_a_full_batch_at_once() -> None:
+    async with Pump[int]() as pump:
+        pump.add(_trickle(list(range(7))))
+
+        async def read() -> list[list[int]]:
+            return [b async for b in pump.batches(3, interval=30, last=lambda x: x == 6)]
+
+        assert await asyncio.wait_for(read(), 10) == [[0], [1, 2, 3], [4, 5, 6]]
+
+
 async def test_several_producers_end_when_all_have_ended() -> None:
     async with Pump[int]() as pump:
         pump.add(_items([1, 2, 3]))

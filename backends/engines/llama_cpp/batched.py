@@ -15,6 +15,10 @@ with it (a repeated system prompt, the earlier turns of a conversation), evaluat
 A slot is only taken for its prefix when that prefix is most of what it holds (`SIMILARITY`);
 otherwise the least recently used free slot is, so one short shared opening (a chat template's
 default system prompt) does not evict a long conversation another client is about to continue.
+A slot about to be overwritten is first copied to host memory (`prompt_store.py`, llama-server's
+`--cache-ram`; `engine: {prompt_cache_ram_mib: N}`, 0 turns it off), and a prompt that extends a
+stored one further than any slot does is copied back into its slot: with more conversations than
+slots, each still evaluates only its new turn.
 `engine: {prompt_cache: false}` evaluates every prompt whole (greedy output is the same).
 
 Everything per request is shared with the one-sequence engine, as objects both hold rather than
@@ -37,6 +41,7 @@ a sequence asks for them on each prompt token it feeds, and does not reuse a cac
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
 import queue
 import threading
@@ -49,6 +54,7 @@ from backends.engines.base import loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
+from backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
 from protocol.errors import BadRequestError
@@ -66,6 +72,9 @@ _TOKENIZER_CTX = 64
 # A slot is chosen for its cached prefix only if that prefix is at least this share of what the
 # slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
 SIMILARITY = 0.5
+# A slot's state goes to the host store only if at least this many of its tokens would be lost
+# (a copy costs ~0.1 ms per 100 tokens of SmolLM2; a short prefix is cheaper to evaluate again).
+STORE_MIN_TOKENS = 32
 # Deltas a sequence may run ahead of its stream's reader before it is paused.
 MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
@@ -100,7 +109,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
     def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
         super().__init__()
-        kwargs, self._prompt_cache = llama_kwargs(engine_kwargs)
+        kwargs, cache = llama_kwargs(engine_kwargs)
+        self._prompt_cache = cache.enabled
+        self._store = PromptStore(cache.ram_bytes)
         self._n_seq = int(kwargs.pop("n_seq_max"))
         self._seq_ctx = int(kwargs.pop("n_ctx"))
         self._n_batch = int(kwargs.pop("n_batch", 512))
@@ -241,7 +252,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             slot = self._pick_slot(free, cached, used, seq.prompt)
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             reuse = self._prompt_cache and seq.prompt_top is None
-            shared = _common_prefix(cached[slot], seq.prompt) if reuse else 0
+            shared = common_prefix(cached[slot], seq.prompt) if reuse else 0
+            if reuse:
+                shared = self._swap_in(slot, cached, seq.prompt, shared)
+            elif len(cached[slot]) > STORE_MIN_TOKENS:
+                self._store_slot(slot, cached[slot])
             # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
             keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
@@ -254,13 +269,50 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._stats.count_prompt_cache(keep)
             running[slot] = seq
 
+    def _swap_in(self, slot: int, cached: list[list[int]], prompt: list[int], shared: int) -> int:
+        """Before `slot` takes `prompt`: keep what it holds in the host store if the prompt would
+        drop much of it, and bring back the stored state that shares more of the prompt than the
+        slot does. Returns the prefix the slot now shares with the prompt."""
+        store = self._store
+        if not store.capacity:
+            return shared
+        entry, stored = store.best(prompt)
+        if len(cached[slot]) - shared > STORE_MIN_TOKENS:  # what the prompt would overwrite
+            self._store_slot(slot, cached[slot])
+        if entry is None or stored <= shared + STORE_MIN_TOKENS:
+            return shared
+        llama, ctx = self._llama, self._ctx.ctx
+        llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+        buf = (ctypes.c_uint8 * len(entry.state)).from_buffer_copy(entry.state)
+        if llama.llama_state_seq_set_data(ctx, buf, len(entry.state), slot) != len(entry.state):
+            cached[slot] = []  # nothing usable restored: the slot is empty
+            llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+            return 0
+        store.take(entry)
+        cached[slot] = list(entry.tokens)
+        self._stats.prompt_cache_restored_total += 1
+        return stored
+
+    def _store_slot(self, slot: int, tokens: list[int]) -> None:
+        """Copy the slot's KV cells to the host store (skipped when the store is off or full)."""
+        if not self._store.capacity or not tokens:
+            return
+        llama, ctx = self._llama, self._ctx.ctx
+        size = llama.llama_state_seq_get_size(ctx, slot)
+        if size > self._store.capacity:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        written = llama.llama_state_seq_get_data(ctx, buf, size, slot)
+        if written:
+            self._store.put(tokens, bytes(memoryview(buf)[:written]))
+
     @staticmethod
     def _pick_slot(free: list[int], cached: list[list[int]], used: list[int], prompt: list[int]) -> int:
         """The free slot whose cached tokens share the longest prefix with `prompt`, if that
         prefix is most of what the slot holds (`SIMILARITY`); else the least recently used."""
         lru = min(free, key=lambda s: used[s])
-        best = max(free, key=lambda s: (_common_prefix(cached[s], prompt), -used[s]))
-        shared = _common_prefix(cached[best], prompt)
+        best = max(free, key=lambda s: (common_prefix(cached[s], prompt), -used[s]))
+        shared = common_prefix(cached[best], prompt)
         return best if shared > 0 and shared >= SIMILARITY * len(cached[best]) else lru
 
     def _fill(
@@ -322,12 +374,3 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         """The scheduler is done with `seq`: free its sampler, end (or fail) its stream."""
         seq.sampler.close()
         seq.feed.close(error)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

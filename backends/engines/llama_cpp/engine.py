@@ -61,7 +61,10 @@ class LlamaCppEngine(LlamaModelEngine):
         self._model_path = model_path
         self._embedding = embedding or rank
         self._rank = rank
-        kwargs, self._prompt_cache = llama_kwargs(engine_kwargs)
+        kwargs, cache = llama_kwargs(engine_kwargs)
+        if cache.ram_mib is not None:
+            raise ValueError("engine.prompt_cache_ram_mib needs n_seq_max > 1 (the batched engine's slots)")
+        self._prompt_cache = cache.enabled
         self._kwargs = {**kwargs, "verbose": False}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None

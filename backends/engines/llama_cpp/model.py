@@ -31,17 +31,42 @@ from protocol.generation import (
 DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1}
 
 
-def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The `engine:` settings as `Llama(...)` takes them, and whether the prompt cache is on
-    (`prompt_cache`, default true: our key, not llama.cpp's).
+# Host memory for copies of evicted prompt-cache slots (`prompt_store.py`), per batched replica.
+DEFAULT_PROMPT_CACHE_RAM_MIB = 128.0
+MAX_PROMPT_CACHE_RAM_MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCacheSettings:
+    """Our own `engine:` keys (not llama.cpp's): `prompt_cache` (reuse cached prefixes, default
+    true) and `prompt_cache_ram_mib` (host memory for slots' states, batched engine only; None:
+    not set)."""
+
+    enabled: bool
+    ram_mib: float | None
+
+    @property
+    def ram_bytes(self) -> int:
+        mib = DEFAULT_PROMPT_CACHE_RAM_MIB if self.ram_mib is None else self.ram_mib
+        return int(mib * 2**20) if self.enabled else 0
+
+
+def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], PromptCacheSettings]:
+    """The `engine:` settings as `Llama(...)` takes them, and the prompt cache's own.
 
     Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
     llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
     of a two-thread replica (llama-server's `-tb` defaults to `-t` too)."""
     kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}
-    prompt_cache = bool(kwargs.pop("prompt_cache", True))
+    ram = kwargs.pop("prompt_cache_ram_mib", None)
+    number = isinstance(ram, int | float) and not isinstance(ram, bool)
+    if ram is not None and not (number and 0 <= ram <= MAX_PROMPT_CACHE_RAM_MIB):
+        raise ValueError(
+            f"engine.prompt_cache_ram_mib must be MiB from 0 to {MAX_PROMPT_CACHE_RAM_MIB}, not {ram!r}"
+        )
+    cache = PromptCacheSettings(bool(kwargs.pop("prompt_cache", True)), None if ram is None else float(ram))
     kwargs.setdefault("n_threads_batch", kwargs["n_threads"])
-    return kwargs, prompt_cache
+    return kwargs, cache
 
 
 @dataclass(slots=True)

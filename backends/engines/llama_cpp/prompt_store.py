@@ -1,0 +1,77 @@
+"""Host-memory copies of evicted prompt-cache slots (llama-server's `--cache-ram`).
+
+The batched engine's slots hold one prompt each; with more conversations than slots, a slot taken
+for a new prompt used to lose its KV cache, and the conversation it held evaluated its whole
+history again on its next turn. Before a slot is overwritten, its sequence state (llama.cpp's
+`llama_state_seq_get_data`: the KV cells of that sequence) is copied here; a later prompt that
+extends a stored one further than any slot does has it copied back into its slot and evaluates
+only the rest. Greedy output is unchanged: the restored cells are the ones the slot computed.
+
+Bounded by bytes (`engine: {prompt_cache_ram_mib: N}`), least recently used out first. A stored
+state whose tokens are a prefix of a newer one is dropped: the newer one serves both.
+Pure Python and bytes: the engine does the llama.cpp calls, so this is tested without a model.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPrompt:
+    """A slot's sequence state and the tokens it holds the KV cells of."""
+
+    tokens: tuple[int, ...]
+    state: bytes
+
+
+def common_prefix(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class PromptStore:
+    """Stored sequence states by their tokens, within `capacity` bytes."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._entries: OrderedDict[tuple[int, ...], StoredPrompt] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def best(self, prompt: list[int]) -> tuple[StoredPrompt | None, int]:
+        """The stored state sharing the longest prefix with `prompt`, and that length."""
+        found, shared = None, 0
+        for entry in self._entries.values():
+            n = common_prefix(entry.tokens, prompt)
+            if n > shared:
+                found, shared = entry, n
+        return found, shared
+
+    def take(self, entry: StoredPrompt) -> None:
+        """`entry` is being restored into a slot: that slot holds it now, so it leaves the store
+        (it comes back if the slot is overwritten again)."""
+        if self._entries.pop(entry.tokens, None) is not None:
+            self.used -= len(entry.state)
+
+    def put(self, tokens: list[int], state: bytes) -> bool:
+        """Store a slot's state; False if it is larger than the whole capacity."""
+        size = len(state)
+        if size > self.capacity or not tokens:
+            return False
+        key = tuple(tokens)
+        for old in [k for k in self._entries if k == key[: len(k)]]:  # superseded by this one
+            self.used -= len(self._entries.pop(old).state)
+        self._entries[key] = StoredPrompt(key, state)
+        self.used += size
+        while self.used > self.capacity:
+            _, evicted = self._entries.popitem(last=False)
+            self.used -= len(evicted.state)
+        return True
