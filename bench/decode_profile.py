@@ -9,6 +9,12 @@ The engine runs in-process (no HTTP, no Ray), 128 tokens per request, each promp
 wrap the scheduler's own methods on this one instance (wall clock: on a shared machine both
 sides stretch alike). A sampling profiler (py-spy --native) fell hundreds of seconds behind on
 the shared 2-core box this was written on, so the split is measured directly.
+
+`--where` moves the same work one serving layer out at a time, to see what each costs:
+`actor` runs it inside a Ray actor (a replica's process, nothing streamed), `stream` in a real
+replica actor (`ModelWorker`) whose deltas travel to this process through Ray's streaming
+generator as the gateway reads them (with `--stream-interval-ms`, as a model's
+`stream_interval_ms`). The HTTP layer on top is `python -m bench` (target L2-wide).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import io
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -79,13 +88,81 @@ async def drive(concurrency: int, requests: int, threads: int) -> None:
     )
 
 
+class _InActor:
+    """`drive` inside a Ray actor: the replica's process, without the streaming."""
+
+    async def drive(self, concurrency: int, requests: int, threads: int) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            await drive(concurrency, requests, threads)
+        return out.getvalue().strip()
+
+
+async def stream(concurrency: int, requests: int, threads: int, interval_ms: float) -> None:
+    """The same requests to a real replica actor, its deltas read through Ray as the router reads them."""
+    import ray
+
+    from backends.cluster.replica import ModelWorker
+    from backends.cluster.router import UNREAD_BATCHES
+
+    config = ModelConfig(
+        name="m",
+        source=SMOLLM2,
+        engine={"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency)},
+        stream_interval_ms=interval_ms,
+    )
+    worker = ray.remote(ModelWorker).options(num_cpus=0).remote(config)
+    await worker.start.remote()
+    sampling = SamplingParams(max_tokens=plan.OUTPUT_TOKENS, temperature=0.0)
+    numbers = iter(range(requests))
+    tokens = items = 0
+
+    async def one_stream() -> None:
+        nonlocal tokens, items
+        for i in numbers:
+            req = GenerateRequest(f"r{i}", sampling, prompt=f"{i}. {plan.LLAMA_PROMPT}")
+            opts = {"num_returns": "streaming", "_generator_backpressure_num_objects": UNREAD_BATCHES}
+            async for ref in worker.generate.options(**opts).remote(req):
+                batch = await ref
+                items += 1
+                tokens += sum(1 for d in batch if d.text)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one_stream() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
+    print(
+        f"c={concurrency}, streamed through Ray (interval {interval_ms:g} ms): "
+        f"{tokens / wall:.1f} tok/s, {tokens / max(1, items):.1f} tokens per Ray item"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--concurrency", type=int, default=1)
     parser.add_argument("-n", "--requests", type=int, default=0, help="default: 2 per stream, at least 4")
     parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("--where", choices=("process", "actor", "stream"), default="process")
+    parser.add_argument("--stream-interval-ms", type=float, default=0.0)
     args = parser.parse_args()
-    asyncio.run(drive(args.concurrency, args.requests or max(4, 2 * args.concurrency), args.threads))
+    requests = args.requests or max(4, 2 * args.concurrency)
+    if args.where == "process":
+        asyncio.run(drive(args.concurrency, requests, args.threads))
+        return
+    import ray
+
+    from backends.cluster.connection import connect
+
+    connect(None, num_cpus=os.cpu_count())
+    try:
+        if args.where == "actor":
+            actor = ray.remote(_InActor).options(num_cpus=0).remote()
+            print(
+                ray.get(actor.drive.remote(args.concurrency, requests, args.threads)), "(inside a Ray actor)"
+            )
+        else:
+            asyncio.run(stream(args.concurrency, requests, args.threads, args.stream_interval_ms))
+    finally:
+        ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ set in place by an admin update (same replicas, so both policies meet the same p
 
 - multi-turn: 16 conversations x 4 turns at once, all sharing a ~300-token system prompt; each
   turn sends the whole history so far (the earlier turns are a prefix of the next prompt);
+- multi-turn over documents: 8 conversations x 4 turns, each about its own ~500-token document
+  (a retrieval-augmented chat), started within 8 s, with 2-6 s of reading and typing before each
+  next turn, as people chat: what is worth keeping per conversation is long, so a turn sent where
+  its conversation is not cached evaluates the whole document again;
 - cache-busting: 32 single-turn requests, 16 at a time, each starting with its own random text, so
   no prompt shares a prefix with any other.
 
@@ -53,6 +57,7 @@ models:
     routing: {{policy: least_loaded}}
 """
 CONVERSATIONS, TURNS, BUST_REQUESTS, CONCURRENCY = 16, 4, 32, 16
+DOCUMENT_CONVERSATIONS, DOCUMENT_WORDS = 8, 350
 MAX_TOKENS = 24
 POLICIES = ("least_loaded", "prefix_affinity")
 RESULTS = servers.REPO / "bench" / "results"
@@ -119,6 +124,47 @@ async def multi_turn(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
+    return _summary(ttfts, total_tokens, time.perf_counter() - t0)
+
+
+NOTE_WORDS = (
+    "soil water seed leaf root sun shade pot compost mulch basil tomato pepper lettuce bean pea carrot "
+    "radish aphid ladybird neem soap spray prune harvest week morning evening balcony wind frost "
+    "drainage clay sand peat feed nitrogen potash flower fruit stem"
+)
+
+
+def document(tag: str, i: int) -> str:
+    """~500 tokens of plausible notes, different for every conversation and run."""
+    rng = random.Random(f"{tag}-{i}")
+    words = NOTE_WORDS.split()
+    sentences = []
+    while sum(len(x.split()) for x in sentences) < DOCUMENT_WORDS:
+        sentences.append(" ".join(rng.choice(words) for _ in range(rng.randint(8, 16))).capitalize() + ".")
+    return f"[notes {tag}-{i}] " + " ".join(sentences)
+
+
+async def multi_turn_documents(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
+    ttfts: list[float] = []
+    total_tokens = 0
+
+    pauses = random.Random(0)  # the same starts and pauses for every policy
+
+    async def conversation(i: int) -> None:
+        nonlocal total_tokens
+        history = [{"role": "system", "content": "Answer from these garden notes.\n\n" + document(tag, i)}]
+        await asyncio.sleep(pauses.uniform(0, 8))
+        for k, turn in enumerate(USER_TURNS[:TURNS]):
+            if k:
+                await asyncio.sleep(pauses.uniform(2, 6))
+            history.append({"role": "user", "content": turn})
+            ttft, text, tokens = await _stream(client, history)
+            ttfts.append(ttft)
+            total_tokens += tokens
+            history.append({"role": "assistant", "content": text})
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(conversation(i) for i in range(DOCUMENT_CONVERSATIONS)))
     return _summary(ttfts, total_tokens, time.perf_counter() - t0)
 
 
@@ -217,10 +263,16 @@ async def run(url: str) -> dict[str, Any]:
         before = await _affinity(http)
         tag = f"{policy}-{random.randrange(10**9)}"
         multi = await multi_turn(client, tag)
+        documents = await multi_turn_documents(client, tag + "-doc")
         bust = await cache_busting(client, tag + "-bust")
         after = await _affinity(http)
         outcomes = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        record["runs"][policy] = {"multi_turn": multi, "cache_busting": bust, "affinity": outcomes}
+        record["runs"][policy] = {
+            "multi_turn": multi,
+            "multi_turn_documents": documents,
+            "cache_busting": bust,
+            "affinity": outcomes,
+        }
         print(policy, json.dumps(record["runs"][policy]), flush=True)
     record["cold_start_s"] = await cold_starts(url, http)
     await http.aclose()

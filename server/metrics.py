@@ -160,7 +160,8 @@ class GatewayMetrics:
         self.affinity = Counter(
             f"{PREFIX}routing_affinity_total",
             "Prefix-affinity routing outcomes in this gateway: hit (the replica that served the "
-            "prefix), fallback (it was too loaded: least-loaded instead), miss (no known prefix).",
+            "prefix), fallback (it was too loaded: least-loaded instead), miss (no known prefix, or one "
+            "every replica served).",
             registry=r,
         )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)

@@ -44,6 +44,9 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     looked_up = grew("raygate:prompt_cache_hits_total") + grew("raygate:prompt_cache_misses_total")
     assert looked_up == 1
     assert grew("raygate:prompt_cache_reused_tokens_total") <= r.usage.prompt_tokens
+    # Prefixes restored from host memory (an evicted slot's state): counted per model, never negative.
+    restored = metric(after, "raygate:prompt_cache_restored_total", **labels)
+    assert restored is not None and restored >= 0
     # vLLM's bucket layout, rendered as a Prometheus histogram.
     assert metric(after, "raygate:time_to_first_token_seconds_bucket", **labels, le="+Inf") is not None
 

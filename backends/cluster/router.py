@@ -4,7 +4,8 @@ Least-loaded choice uses the gateway's own count of in-flight requests per repli
 for this process and costs no round trip. With `routing.policy: prefix_affinity` a generation goes
 to the replica that last served the longest known prefix of its prompt (`affinity.py`) unless that
 replica carries more than `max_imbalance` requests above the least-loaded one: a *hit*, a
-*fallback* (too loaded: least-loaded instead), or a *miss* (no known prefix).
+*fallback* (too loaded: least-loaded instead), or a *miss* (no known prefix, or one that every
+replica has served, such as a shared system prompt: each holds it, so least-loaded decides).
 
 An autoscaled model may have no replica at all (scaled to zero, or its last one draining): a
 request then waits for one to become ready (bounded by the caller's first-token deadline), and

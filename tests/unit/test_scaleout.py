@@ -98,6 +98,18 @@ def test_prefix_table_prefers_the_longest_known_prefix_on_a_live_replica() -> No
     assert len(table) == 4  # LRU bound
 
 
+def test_a_prefix_every_live_replica_served_prefers_none() -> None:
+    """A system prompt both replicas hold: least-loaded decides; a conversation's own longer prefix
+    still goes where it was served."""
+    table = PrefixTable()
+    table.record([b"sys"], "r1")
+    assert table.preferred([b"sys", b"sys+q2"], {"r1", "r2"}) == "r1"
+    table.record([b"sys", b"sys+q1"], "r2")
+    assert table.preferred([b"sys", b"sys+q3"], {"r1", "r2"}) is None
+    assert table.preferred([b"sys", b"sys+q1", b"sys+q1+a1"], {"r1", "r2"}) == "r2"
+    assert table.preferred([b"sys"], {"r1", "r2", "r3"}) == "r2"  # r3 holds it not: the latest does
+
+
 @pytest.mark.parametrize(
     ("spec", "fields"),
     [
