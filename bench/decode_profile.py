@@ -14,7 +14,7 @@ the shared 2-core box this was written on, so the split is measured directly.
 `actor` runs it inside a Ray actor (a replica's process, nothing streamed), `stream` in a real
 replica actor (`ModelWorker`) whose deltas travel to this process through Ray's streaming
 generator as the gateway reads them (with `--stream-interval-ms`, as a model's
-`stream_interval_ms`). The HTTP layer on top is `python -m bench` (target L2-wide).
+`stream_interval_ms`). The HTTP layer on top is `python -m bench` (target serve-wide).
 """
 
 from __future__ import annotations

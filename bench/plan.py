@@ -5,10 +5,13 @@ Targets (the ladder, plus the peer and the ceiling):
     L1     Raygate's HTTP + SSE layer with engines in-process (bench/inproc_app.py, no Ray)
     L2     the full gateway: `raygate serve` (HTTP -> Ray replica -> engine)
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
-    L2-wide  the same gateway, model `smollm2-wide`: llama-server's shape, one replica with every
+    serve  a gateway of its own running exactly `make serve`'s models/default.yaml (chat and
+           embedding models), started for its runs only, so no other target's replicas share
+           the cores: what a user of `make serve` gets
+    serve-wide  the same with the chat model in llama-server's shape: one replica with every
            core's thread and 8 sequences per decode
-    L2-wide-spaced  the same, with `stream_interval_ms: 50` (tokens made within 50 ms travel as one
-           Ray item)
+    serve-wide-spaced  the same, with `stream_interval_ms: 50` (tokens made within 50 ms travel as
+           one Ray item)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
@@ -30,10 +33,17 @@ LLAMA_SERVER_SLOTS = 8
 LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # The gateway's targets that serve another model of bench.yaml than LLAMA_MODEL.
-MODEL_TARGETS = {
-    "L2-batched": BATCHED_MODEL,
-    "L2-wide": "smollm2-wide",
-    "L2-wide-spaced": "smollm2-wide-spaced",
+MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
+# Targets served by a gateway of their own, started only while they are measured: models/default.yaml
+# with these changes to its chat model (LLAMA_MODEL).
+SOLO_TARGETS: dict[str, dict[str, object]] = {
+    "serve": {},
+    "serve-wide": {"replicas": 1, "engine": {"n_ctx": 2048, "n_threads": 2, "n_seq_max": 8}},
+    "serve-wide-spaced": {
+        "replicas": 1,
+        "engine": {"n_ctx": 2048, "n_threads": 2, "n_seq_max": 8},
+        "stream_interval_ms": 50,
+    },
 }
 # A prompt the model keeps continuing: greedy decoding counts upward for far more than 128 tokens,
 # so every target produces exactly OUTPUT_TOKENS (the client marks shorter outputs failed).
@@ -48,8 +58,9 @@ def completion_body(model: str, prompt: str) -> dict[str, object]:
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
-        # llama_cpp.server's defaults differ from OpenAI's; these make it sample as Raygate does
-        # (Raygate accepts and ignores them: its llama.cpp engine already uses these values).
+        # llama_cpp.server's defaults differ from OpenAI's; these make it sample as Raygate does.
+        # Raygate takes `repeat_penalty` as its `repetition_penalty` (1.0: off, over a model's
+        # `defaults:`, e.g. make serve's 1.1) and the other two as the values it uses anyway.
         "repeat_penalty": 1.0,
         "top_k": 0,
         "min_p": 0.0,
@@ -126,7 +137,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("L2-batched", "L2-wide", "L2-wide-spaced", "llama-server"),
+        ("serve", "serve-wide", "serve-wide-spaced", "llama-server"),
         (1, 8),
         rounds=1,
         requests_per_stream=2,
@@ -135,7 +146,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server-repeat",
         "llama-shared",
-        ("L2", "L2-batched", "L2-wide", "llama-server"),
+        ("serve", "serve-wide", "llama-server"),
         (1, 8),
         rounds=1,
         requests_per_stream=2,

@@ -189,10 +189,9 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 
 LLAMA_SERVER_LABELS = {
-    "L2": "2 replicas",
-    "L2-batched": "2 replicas × 4 sequences per decode",
-    "L2-wide": "1 replica × 2 threads × 8 sequences per decode",
-    "L2-wide-spaced": "the same, `stream_interval_ms: 50`",
+    "serve": "`make serve` (2 replicas × 1 thread × 4 sequences per decode)",
+    "serve-wide": "`make serve` with 1 replica × 2 threads × 8 sequences per decode",
+    "serve-wide-spaced": "the same, `stream_interval_ms: 50`",
 }
 
 

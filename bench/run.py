@@ -11,9 +11,11 @@ import platform
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from backends.engines.base import Engine
 from backends.engines.model_files import resolve_model_file
@@ -21,7 +23,7 @@ from bench import llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
-from server.settings import load_config
+from server.settings import DEFAULT_CONFIG, load_config
 
 log = logging.getLogger("bench")
 
@@ -38,6 +40,7 @@ class Targets:
     engine: Engine | None = None
     llama_threads: int = 1
     warm: set[tuple[str, str]] = field(default_factory=set)
+    log_dir: Path = Path(".")
 
     def factory(self, target: str, workload: str) -> WorkerFactory:
         if target == "L0":
@@ -129,7 +132,7 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
     }
     # The gateway must start its own Ray, never attach to another session's cluster.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    targets = Targets(llama_threads=threads)
+    targets = Targets(llama_threads=threads, log_dir=log_dir)
     try:
         for name in sorted(needed & commands.keys()):
             targets.procs[name] = servers.start(name, commands[name], log_dir / f"{name}.log", env=env)
@@ -167,13 +170,75 @@ async def warm_up(scenario: plan.Scenario, targets: Targets) -> None:
         )
 
 
+def _solo_config(target: str, folder: Path) -> Path:
+    """models/default.yaml with the SOLO_TARGETS changes to its chat model, written to `folder`
+    (relative model paths made absolute, as they were relative to models/)."""
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for model in data["models"]:
+        source = model.get("source") or {}
+        if "path" in source and not Path(source["path"]).is_absolute():
+            source["path"] = str(DEFAULT_CONFIG.parent / source["path"])
+        if model["name"] == plan.LLAMA_MODEL:
+            model.update(plan.SOLO_TARGETS[target])
+    path = folder / f"{target}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def solo_gateway(target: str, targets: Targets) -> Iterator[servers.Server]:
+    """A gateway serving only `target`'s configuration, for the time its runs take."""
+    config = _solo_config(target, targets.log_dir)
+    argv = [str(servers.BIN / "raygate"), "serve", "--config", str(config), "--port", servers.PORT]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    server = servers.start(target, argv, targets.log_dir / f"{target}.log", env=env)
+    try:
+        servers.wait_healthy(server, "/ready")
+        targets.urls[target] = server.url
+        yield server
+    finally:
+        targets.urls.pop(target, None)
+        log.info("%s stopped (exit %s)", target, server.stop())
+
+
 async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[str, Any]]:
+    """Targets that share the started servers run interleaved, round by round; a solo target
+    (plan.SOLO_TARGETS) runs all its levels while its own gateway is up, then the gateway stops."""
     collected: dict[tuple[str, int], tuple[list[RequestResult], float]] = {}
     loads: dict[tuple[str, int], list[float]] = {}  # 1-minute load average: how shared the cores were
-    await warm_up(scenario, targets)
+    rss: dict[str, list[dict[str, Any]]] = {}
+    shared = tuple(t for t in scenario.targets if t not in plan.SOLO_TARGETS)
+    await warm_up(replace(scenario, targets=shared), targets)
+    await _run_levels(scenario, shared, targets, collected, loads)
+    for target in scenario.targets:
+        if target in plan.SOLO_TARGETS:
+            with solo_gateway(target, targets) as server:
+                targets.warm.discard((target, scenario.workload))
+                await warm_up(replace(scenario, targets=(target,)), targets)
+                await _run_levels(scenario, (target,), targets, collected, loads)
+                rss[target] = replica_rss(server.proc.pid)
+    return [
+        {
+            "target": t,
+            "concurrency": c,
+            "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
+            "summary": summarize(res, wall).to_dict(),
+            **({"replica_rss_mb": rss[t]} if t in rss else {}),
+        }
+        for (t, c), (res, wall) in collected.items()
+    ]
+
+
+async def _run_levels(
+    scenario: plan.Scenario,
+    names: tuple[str, ...],
+    targets: Targets,
+    collected: dict[tuple[str, int], tuple[list[RequestResult], float]],
+    loads: dict[tuple[str, int], list[float]],
+) -> None:
     for level in scenario.levels:
         for r in range(scenario.rounds):
-            order = scenario.targets if r % 2 == 0 else tuple(reversed(scenario.targets))
+            order = names if r % 2 == 0 else tuple(reversed(names))
             for target in order:
                 results, wall = await run_closed_loop(
                     targets.factory(target, scenario.workload),
@@ -195,15 +260,6 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
                     len(results),
                     wall,
                 )
-    return [
-        {
-            "target": t,
-            "concurrency": c,
-            "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
-            "summary": summarize(res, wall).to_dict(),
-        }
-        for (t, c), (res, wall) in collected.items()
-    ]
 
 
 async def run_memory(targets: Targets, requests: int, every: int) -> dict[str, Any]:
@@ -242,7 +298,7 @@ def replica_rss(gateway: int) -> list[dict[str, Any]]:
     return [
         {
             "pid": p,
-            "model": "llama.cpp" if servers.maps_file(p, gguf) else "synthetic",
+            "model": "llama.cpp chat" if servers.maps_file(p, gguf) else "other",
             "rss_mb": servers.rss_mb(p),
         }
         for p in servers.replica_pids(gateway)
@@ -261,7 +317,8 @@ def machine() -> dict[str, Any]:
 async def run_plan(
     scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
 ) -> dict[str, Any]:
-    needed = {t for s in scenarios for t in s.targets} | ({"L2"} if memory_requests or with_rerank else set())
+    needed = {t for s in scenarios for t in s.targets if t not in plan.SOLO_TARGETS}
+    needed |= {"L2"} if memory_requests or with_rerank else set()
     if "bare-joined" in needed:
         needed.add("bare")
     if needed & plan.MODEL_TARGETS.keys():

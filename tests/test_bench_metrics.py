@@ -115,3 +115,27 @@ def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
     )
     assert summarize(bad).failures == {"404": 2}
     assert summarize(few).failures == {"incomplete": 1}
+
+
+@pytest.mark.parametrize("target", ["serve", "serve-wide", "serve-wide-spaced"])
+def test_solo_targets_run_make_serves_models_reshaped(target: str, tmp_path: Path) -> None:
+    """What `make bench` compares with llama-server: models/default.yaml itself (every model of it,
+    the embedding one found from anywhere), only the chat model's shape changed."""
+    from bench import plan
+    from bench.run import _solo_config
+    from server.settings import DEFAULT_CONFIG, load_config
+
+    config = load_config(_solo_config(target, tmp_path))
+    default = load_config(DEFAULT_CONFIG)
+    assert [m.name for m in config.models] == [m.name for m in default.models]
+    chat = next(m for m in config.models if m.name == plan.LLAMA_MODEL)
+    for key, value in plan.SOLO_TARGETS[target].items():
+        assert getattr(chat, key) == value
+    embed = next(m for m in config.models if m.task == "embed")
+    assert embed.source is not None and embed.source.path is not None
+    assert Path(embed.source.path).is_file()
+    if target == "serve":
+        same = [
+            m.model_copy(update={"source": embed.source}) if m.task == "embed" else m for m in default.models
+        ]
+        assert config.models == same  # the same specs; only the embedding file's path is absolute
