@@ -7,11 +7,11 @@ Targets (the ladder, plus the peer and the ceiling):
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
     serve  a gateway of its own running exactly `make serve`'s models/default.yaml (chat and
            embedding models), started for its runs only, so no other target's replicas share
-           the cores: what a user of `make serve` gets
-    serve-wide  the same with the chat model in llama-server's shape: one replica with every
-           core's thread and 8 sequences per decode
-    serve-wide-spaced  the same, with `stream_interval_ms: 50` (tokens made within 50 ms travel as
-           one Ray item)
+           the cores: what a user of `make serve` gets (one chat replica with a thread per core,
+           8 sequences per decode, tokens sent at most every 50 ms)
+    serve-unspaced  the same with `stream_interval_ms: 0` (every token its own Ray item)
+    serve-2x1  the same with the chat model as the previous default: 2 replicas x 1 thread x 4
+           sequences per decode, every token its own Ray item
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
@@ -37,12 +37,12 @@ MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
 # Targets served by a gateway of their own, started only while they are measured: models/default.yaml
 # with these changes to its chat model (LLAMA_MODEL).
 SOLO_TARGETS: dict[str, dict[str, object]] = {
-    "serve": {},
-    "serve-wide": {"replicas": 1, "engine": {"n_ctx": 2048, "n_threads": 2, "n_seq_max": 8}},
-    "serve-wide-spaced": {
-        "replicas": 1,
-        "engine": {"n_ctx": 2048, "n_threads": 2, "n_seq_max": 8},
-        "stream_interval_ms": 50,
+    "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
+    "serve-unspaced": {"stream_interval_ms": 0},
+    "serve-2x1": {
+        "replicas": 2,
+        "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
+        "stream_interval_ms": 0,
     },
 }
 # A prompt the model keeps continuing: greedy decoding counts upward for far more than 128 tokens,
@@ -137,7 +137,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-wide", "serve-wide-spaced", "llama-server"),
+        ("serve", "serve-unspaced", "serve-2x1", "llama-server"),
         (1, 8),
         rounds=1,
         requests_per_stream=2,
@@ -146,7 +146,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server-repeat",
         "llama-shared",
-        ("serve", "serve-wide", "llama-server"),
+        ("serve", "serve-2x1", "llama-server"),
         (1, 8),
         rounds=1,
         requests_per_stream=2,

@@ -189,9 +189,9 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 
 LLAMA_SERVER_LABELS = {
-    "serve": "`make serve` (2 replicas × 1 thread × 4 sequences per decode)",
-    "serve-wide": "`make serve` with 1 replica × 2 threads × 8 sequences per decode",
-    "serve-wide-spaced": "the same, `stream_interval_ms: 50`",
+    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, 50 ms stream interval)",
+    "serve-unspaced": "`make serve` with `stream_interval_ms: 0`",
+    "serve-2x1": "`make serve` with the previous default, 2 replicas × 1 thread × 4 sequences",
 }
 
 

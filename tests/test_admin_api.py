@@ -38,9 +38,9 @@ def assert_error(r: httpx.Response, status: int, *fragments: str) -> dict[str, A
 def test_list_shows_every_replica_with_state_and_node(gateway: GatewayProcess) -> None:
     listed = deployments(gateway.url)
     chat = listed[CHAT_MODEL]
-    assert chat["state"] == "ready" and chat["ready"] == chat["desired"] == 2
+    assert chat["state"] == "ready" and chat["ready"] == chat["desired"] == 1
     assert chat["spec"]["aliases"] == ["smollm2"] and chat["spec"]["backend"] == "llama_cpp"
-    assert [r["state"] for r in chat["replicas"]] == ["ready", "ready"]
+    assert [r["state"] for r in chat["replicas"]] == ["ready"]
     ray_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     for name in (CHAT_MODEL, EMBED_MODEL):
         for replica in listed[name]["replicas"]:

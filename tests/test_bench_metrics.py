@@ -117,7 +117,7 @@ def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
     assert summarize(few).failures == {"incomplete": 1}
 
 
-@pytest.mark.parametrize("target", ["serve", "serve-wide", "serve-wide-spaced"])
+@pytest.mark.parametrize("target", ["serve", "serve-unspaced", "serve-2x1"])
 def test_solo_targets_run_make_serves_models_reshaped(target: str, tmp_path: Path) -> None:
     """What `make bench` compares with llama-server: models/default.yaml itself (every model of it,
     the embedding one found from anywhere), only the chat model's shape changed."""

@@ -71,9 +71,13 @@ def test_disconnect_aborts_a_non_streamed_request(base_url: str) -> None:
     assert generated < 1500, "the engine kept decoding after the client left"
 
 
-async def test_sixteen_concurrent_streams_over_two_replicas(async_client: openai.AsyncOpenAI) -> None:
+async def test_sixteen_concurrent_streams_on_an_eight_sequence_replica(
+    async_client: openai.AsyncOpenAI,
+) -> None:
+    """Twice as many streams as the default chat replica decodes at once: every one completes, and
+    the replica counts each exactly once (spreading over replicas: test_admin_api)."""
     before = replica_stats(CHAT_MODEL)
-    assert len(before) == 2
+    assert len(before) == 1
 
     async def one(i: int) -> tuple[str, str | None]:
         stream = await async_client.chat.completions.create(
@@ -94,7 +98,7 @@ async def test_sixteen_concurrent_streams_over_two_replicas(async_client: openai
     assert sum(1 for text, _ in results if text) >= 15
     after = replica_stats(CHAT_MODEL)
     served = [a.requests_total - b.requests_total for a, b in zip(after, before, strict=True)]
-    assert sum(served) == 16 and min(served) >= 4, served
+    assert served == [16], served
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")

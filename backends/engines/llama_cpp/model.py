@@ -10,6 +10,7 @@ into the other.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,7 @@ class PromptCacheSettings:
 
 def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], PromptCacheSettings]:
     """The `engine:` settings as `Llama(...)` takes them, and the prompt cache's own.
+    `n_threads` / `n_threads_batch` may be `auto` (`usable_cores`).
 
     Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
     llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
@@ -65,8 +67,18 @@ def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], PromptC
             f"engine.prompt_cache_ram_mib must be MiB from 0 to {MAX_PROMPT_CACHE_RAM_MIB}, not {ram!r}"
         )
     cache = PromptCacheSettings(bool(kwargs.pop("prompt_cache", True)), None if ram is None else float(ram))
+    for key in ("n_threads", "n_threads_batch"):
+        if kwargs.get(key) == "auto":
+            kwargs[key] = usable_cores()
     kwargs.setdefault("n_threads_batch", kwargs["n_threads"])
     return kwargs, cache
+
+
+def usable_cores() -> int:
+    """`n_threads: auto`: the cores this replica's process may run on (its CPU affinity: all of the
+    node's unless a container or `taskset` narrowed it), as llama-server's `-t` defaults to the
+    machine's cores. For one replica per node; several on one node each take them all."""
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 @dataclass(slots=True)
