@@ -107,24 +107,36 @@ async def _stream(client: openai.AsyncOpenAI, messages: list[dict[str, str]]) ->
     return (first if first is not None else time.perf_counter() - t0), "".join(parts), tokens
 
 
-async def multi_turn(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
-    system = system_prompt(tag)
+async def _conversations(
+    client: openai.AsyncOpenAI, systems: list[str], numbered: bool, pauses: random.Random | None
+) -> dict[str, Any]:
+    """One conversation per system prompt, all at once, each turn sending the whole history so
+    far (`numbered`: the user turns name their conversation). With `pauses`, each conversation
+    starts within 8 s and waits 2-6 s before each next turn, as people do."""
     ttfts: list[float] = []
     total_tokens = 0
 
-    async def conversation(i: int) -> None:
+    async def conversation(i: int, system: str) -> None:
         nonlocal total_tokens
         history = [{"role": "system", "content": system}]
-        for turn in USER_TURNS[:TURNS]:
-            history.append({"role": "user", "content": f"(conversation {i}) {turn}"})
+        if pauses is not None:
+            await asyncio.sleep(pauses.uniform(0, 8))
+        for k, turn in enumerate(USER_TURNS[:TURNS]):
+            if pauses is not None and k:
+                await asyncio.sleep(pauses.uniform(2, 6))
+            history.append({"role": "user", "content": f"(conversation {i}) {turn}" if numbered else turn})
             ttft, text, tokens = await _stream(client, history)
             ttfts.append(ttft)
             total_tokens += tokens
             history.append({"role": "assistant", "content": text})
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
+    await asyncio.gather(*(conversation(i, system) for i, system in enumerate(systems)))
     return _summary(ttfts, total_tokens, time.perf_counter() - t0)
+
+
+async def multi_turn(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
+    return await _conversations(client, [system_prompt(tag)] * CONVERSATIONS, numbered=True, pauses=None)
 
 
 NOTE_WORDS = (
@@ -145,27 +157,11 @@ def document(tag: str, i: int) -> str:
 
 
 async def multi_turn_documents(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
-    ttfts: list[float] = []
-    total_tokens = 0
-
-    pauses = random.Random(0)  # the same starts and pauses for every policy
-
-    async def conversation(i: int) -> None:
-        nonlocal total_tokens
-        history = [{"role": "system", "content": "Answer from these garden notes.\n\n" + document(tag, i)}]
-        await asyncio.sleep(pauses.uniform(0, 8))
-        for k, turn in enumerate(USER_TURNS[:TURNS]):
-            if k:
-                await asyncio.sleep(pauses.uniform(2, 6))
-            history.append({"role": "user", "content": turn})
-            ttft, text, tokens = await _stream(client, history)
-            ttfts.append(ttft)
-            total_tokens += tokens
-            history.append({"role": "assistant", "content": text})
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(conversation(i) for i in range(DOCUMENT_CONVERSATIONS)))
-    return _summary(ttfts, total_tokens, time.perf_counter() - t0)
+    systems = [
+        "Answer from these garden notes.\n\n" + document(tag, i) for i in range(DOCUMENT_CONVERSATIONS)
+    ]
+    # The same starts and pauses for every policy.
+    return await _conversations(client, systems, numbered=False, pauses=random.Random(0))
 
 
 async def cache_busting(client: openai.AsyncOpenAI, tag: str) -> dict[str, Any]:
