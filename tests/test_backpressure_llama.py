@@ -24,7 +24,7 @@ import ray
 
 from backends.cluster.router import UNREAD_BATCHES
 from protocol.generation import GenerateRequest, SamplingParams
-from tests.conftest import CHAT_MODEL, replica_actors
+from tests.conftest import replica_actors
 from tests.support.admin import chat_spec, deployed
 from tests.support.gateway import GatewayProcess
 from tests.support.ops import wait_for
@@ -33,6 +33,7 @@ MAX_TOKENS = 1500
 # SmolLM2's end-of-text / chat markers, banned so the answer runs to max_tokens.
 NO_END = {0: -100.0, 1: -100.0, 2: -100.0}
 BATCHED = "lc-bp-batched"
+ONE_SEQUENCE = "lc-bp-one"
 
 
 def _request(tag: str) -> GenerateRequest:
@@ -95,9 +96,19 @@ def _aborted(actor: Any, tag: str, aborted_before: int) -> None:
     )
 
 
+@pytest.fixture(scope="module")
+def one_sequence(gateway: GatewayProcess) -> Iterator[str]:
+    """The one-sequence engine (the default chat model decodes several sequences per step)."""
+    spec = chat_spec(ONE_SEQUENCE, engine={"n_ctx": 2048, "n_threads": 1})
+    with deployed(gateway.url, spec) as name:
+        yield name
+
+
 @pytest.mark.timeout(900)  # STALL_DEADLINE_S on two busy cores
-def test_the_decode_thread_waits_for_its_reader_and_closing_aborts(gateway: GatewayProcess) -> None:
-    actor = replica_actors(CHAT_MODEL)[0]
+def test_the_decode_thread_waits_for_its_reader_and_closing_aborts(
+    gateway: GatewayProcess, one_sequence: str
+) -> None:
+    (actor,) = replica_actors(one_sequence)
     aborted = _stats(actor).aborted_total
     with stalled(actor, "bp-one") as (made, _):
         # Bounded by what may wait unread: Ray's window, the replica's pump, the engine's feed.
@@ -106,7 +117,7 @@ def test_the_decode_thread_waits_for_its_reader_and_closing_aborts(gateway: Gate
     # The thread was released: the replica serves the next request.
     r = httpx.post(
         f"{gateway.url}/v1/completions",
-        json={"model": CHAT_MODEL, "prompt": "Hi", "max_tokens": 3},
+        json={"model": one_sequence, "prompt": "Hi", "max_tokens": 3},
         timeout=300,
     )
     assert r.status_code == 200, r.text

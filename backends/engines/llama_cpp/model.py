@@ -10,13 +10,13 @@ into the other.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from backends.engines import tool_calls
 from backends.engines.base import check_token_ids, completion_budget, truncate_prompt
+from backends.engines.cpu_cores import usable_cores
 from backends.engines.llama_cpp import sampling as sampling_lib
 from protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from protocol.generation import (
@@ -54,7 +54,9 @@ class PromptCacheSettings:
 
 def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], PromptCacheSettings]:
     """The `engine:` settings as `Llama(...)` takes them, and the prompt cache's own.
-    `n_threads` / `n_threads_batch` may be `auto` (`usable_cores`).
+    `n_threads` / `n_threads_batch` may be `auto`: the cores the replica's process may use
+    (`cpu_cores.usable_cores`), as llama-server's `-t` defaults to the machine's cores; right for
+    one replica per node (several on one node would each take them all).
 
     Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
     llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
@@ -72,13 +74,6 @@ def llama_kwargs(engine_kwargs: dict[str, Any]) -> tuple[dict[str, Any], PromptC
             kwargs[key] = usable_cores()
     kwargs.setdefault("n_threads_batch", kwargs["n_threads"])
     return kwargs, cache
-
-
-def usable_cores() -> int:
-    """`n_threads: auto`: the cores this replica's process may run on (its CPU affinity: all of the
-    node's unless a container or `taskset` narrowed it), as llama-server's `-t` defaults to the
-    machine's cores. For one replica per node; several on one node each take them all."""
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 @dataclass(slots=True)
