@@ -101,6 +101,9 @@ class ModelWorker:
         Returns whether every in-flight request finished."""
         self._draining = True
         deadline = time.monotonic() + timeout
+        # A request that reached this actor just before the drain may not have started (and been
+        # counted) yet: give it one poll interval to, so the loop below does not miss it.
+        await asyncio.sleep(DRAIN_POLL_SECONDS)
         # A poll, not an event: a drain is rare; no event to signal on every request end.
         while self._inflight and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(DRAIN_POLL_SECONDS)
