@@ -54,7 +54,7 @@ from backends.engines.base import loaded
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
-from backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix
+from backends.engines.llama_cpp.prompt_store import PromptStore, StoredPrompt, common_prefix
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
 from protocol.errors import BadRequestError
@@ -253,10 +253,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             reuse = self._prompt_cache and seq.prompt_top is None
             shared = common_prefix(cached[slot], seq.prompt) if reuse else 0
-            if reuse:
-                shared = self._swap_in(slot, cached, seq.prompt, shared)
-            elif len(cached[slot]) > STORE_MIN_TOKENS:
+            entry, stored = self._store.best(seq.prompt) if reuse else (None, 0)
+            if len(cached[slot]) - shared > STORE_MIN_TOKENS:  # what the prompt would overwrite
                 self._store_slot(slot, cached[slot])
+            if entry is not None and stored > shared + STORE_MIN_TOKENS:
+                shared = self._restore(slot, cached, entry, stored)
             # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
             keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
@@ -269,18 +270,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._stats.count_prompt_cache(keep)
             running[slot] = seq
 
-    def _swap_in(self, slot: int, cached: list[list[int]], prompt: list[int], shared: int) -> int:
-        """Before `slot` takes `prompt`: keep what it holds in the host store if the prompt would
-        drop much of it, and bring back the stored state that shares more of the prompt than the
-        slot does. Returns the prefix the slot now shares with the prompt."""
-        store = self._store
-        if not store.capacity:
-            return shared
-        entry, stored = store.best(prompt)
-        if len(cached[slot]) - shared > STORE_MIN_TOKENS:  # what the prompt would overwrite
-            self._store_slot(slot, cached[slot])
-        if entry is None or stored <= shared + STORE_MIN_TOKENS:
-            return shared
+    def _restore(self, slot: int, cached: list[list[int]], entry: StoredPrompt, shared: int) -> int:
+        """Copy a stored state back into `slot`, which shares `shared` tokens with the prompt then.
+        Returns the prefix the slot now shares with the prompt (0 if llama.cpp refused the copy)."""
         llama, ctx = self._llama, self._ctx.ctx
         llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
         buf = (ctypes.c_uint8 * len(entry.state)).from_buffer_copy(entry.state)
@@ -288,10 +280,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             cached[slot] = []  # nothing usable restored: the slot is empty
             llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
             return 0
-        store.take(entry)
+        self._store.take(entry)
         cached[slot] = list(entry.tokens)
         self._stats.prompt_cache_restored_total += 1
-        return stored
+        return shared
 
     def _store_slot(self, slot: int, tokens: list[int]) -> None:
         """Copy the slot's KV cells to the host store (skipped when the store is off or full)."""
