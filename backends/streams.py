@@ -65,6 +65,12 @@ async def closing(stream: S) -> AsyncIterator[S]:
         await _aclose(stream)
 
 
+def _as_callable(value: float | Callable[[], float]) -> Callable[[], float]:
+    if callable(value):
+        return value
+    return lambda: value
+
+
 class _End:
     """The one end marker: a producer has no more items."""
 
@@ -172,7 +178,10 @@ class Pump(Generic[T]):
                 yield item
 
     async def batches(
-        self, limit: int | None = None, interval: float = 0.0, last: Callable[[T], bool] | None = None
+        self,
+        limit: int | None = None,
+        interval: float | Callable[[], float] = 0.0,
+        last: Callable[[T], bool] | None = None,
     ) -> AsyncIterator[list[T]]:
         """Lists of items: waits for one, then takes whatever else is queued already (at most
         `limit` in all). Items queued before an error or the end are handed out before it.
@@ -180,8 +189,10 @@ class Pump(Generic[T]):
         `interval` (seconds) spaces the batches out: the first leaves at once, a later one not
         before `interval` after the one before it, gathering what arrives meanwhile (vLLM's
         `stream_interval`, in time). An item for which `last` is true, an error or the end leaves
-        at once with what was gathered, so the interval never delays a stream's end."""
+        at once with what was gathered, so the interval never delays a stream's end. A callable
+        `interval` is asked after each batch (the replica's grows with its streams)."""
         queue, room = self._queue, self._room
+        spacing = _as_callable(interval)
         loop = asyncio.get_running_loop()
         due = -math.inf  # when the next batch may leave
         while self._open:
@@ -215,7 +226,7 @@ class Pump(Generic[T]):
                 if room is not None:
                     room.give(len(batch))
                 yield batch
-                due = loop.time() + interval
+                due = loop.time() + spacing()
 
     # -- closing -----------------------------------------------------------------------------
 

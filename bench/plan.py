@@ -6,12 +6,14 @@ Targets (the ladder, plus the peer and the ceiling):
     L2     the full gateway: `raygate serve` (HTTP -> Ray replica -> engine)
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
     serve  a gateway of its own running exactly `make serve`'s models/default.yaml (chat and
-           embedding models), started for its runs only, so no other target's replicas share
-           the cores: what a user of `make serve` gets (one chat replica with a thread per core,
-           8 sequences per decode, tokens sent at most every 50 ms)
-    serve-unspaced  the same with `stream_interval_ms: 0` (every token its own Ray item)
-    serve-2x1  the same with the chat model as the previous default: 2 replicas x 1 thread x 4
-           sequences per decode, every token its own Ray item
+           embedding models), so no other target's replicas share the cores: what a user of
+           `make serve` gets (one chat replica with a thread per core, 8 sequences per decode, a
+           stream's tokens sent at most every 50 ms, stretched with the streams up to 250 ms)
+    serve-unspaced  the same gateway, its chat model updated to `stream_interval_ms: 0` (every
+           token its own Ray item)
+    serve-2x1  the same gateway, its chat model updated to the previous default: 2 replicas x 1
+           thread x 4 sequences per decode, every token its own Ray item
+           (the three shapes take turns in the rounds: an admin update before each run)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
@@ -34,8 +36,8 @@ LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # The gateway's targets that serve another model of bench.yaml than LLAMA_MODEL.
 MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
-# Targets served by a gateway of their own, started only while they are measured: models/default.yaml
-# with these changes to its chat model (LLAMA_MODEL).
+# Shapes of one gateway serving models/default.yaml: its chat model (LLAMA_MODEL) updated with these
+# changes before each run of the target (bench/run.py `use_variant`).
 SOLO_TARGETS: dict[str, dict[str, object]] = {
     "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
     "serve-unspaced": {"stream_interval_ms": 0},
@@ -139,7 +141,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "llama-unique",
         ("serve", "serve-unspaced", "serve-2x1", "llama-server"),
         (1, 8),
-        rounds=1,
+        rounds=3,
         requests_per_stream=2,
         min_requests=4,
     ),
@@ -148,7 +150,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "llama-shared",
         ("serve", "serve-2x1", "llama-server"),
         (1, 8),
-        rounds=1,
+        rounds=2,
         requests_per_stream=2,
         min_requests=4,
     ),

@@ -162,6 +162,7 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
             )
         )
     rows += _vs_llama_server(get)
+    rows += _memory_vs_llama_server(record)
     memory = record.get("memory")
     if memory:
         slopes = memory_slopes(memory)
@@ -189,7 +190,7 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 
 LLAMA_SERVER_LABELS = {
-    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, 50 ms stream interval)",
+    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, 50 ms stream interval per stream)",
     "serve-unspaced": "`make serve` with `stream_interval_ms: 0`",
     "serve-2x1": "`make serve` with the previous default, 2 replicas × 1 thread × 4 sequences",
 }
@@ -220,6 +221,34 @@ def _vs_llama_server(get: Any) -> list[TargetRow]:
                 rows.append(
                     TargetRow(f"{name}: TTFT p50", "≤ 1.1×", f"{a:,.0f} vs {b:,.0f} ms = {r:.2f}×", r <= 1.1)
                 )
+    return rows
+
+
+def _memory_vs_llama_server(record: dict[str, Any]) -> list[TargetRow]:
+    """Issue 13's memory goal: the chat replica's RSS at most 1.2x llama-server's (same context x
+    slots), both once up and after the new-prompts runs (each with its prompt cache as it grew)."""
+    runs = record.get("scenarios", {}).get("llama-server", {}).get("runs", [])
+    by_target = {r["target"]: r for r in runs}
+    peer_start = record.get("rss_after_start_mb", {}).get("llama-server")
+    peer_after = by_target.get("llama-server", {}).get("rss_after_runs_mb")
+    rows: list[TargetRow] = []
+    run, label = by_target.get("serve", {}), LLAMA_SERVER_LABELS["serve"]
+    for when, peer, key in (
+        ("once up", peer_start, "replica_rss_at_start_mb"),
+        ("after the runs", peer_after, "replica_rss_mb"),
+    ):
+        chat = [r["rss_mb"] for r in run.get(key, []) if r["model"] == "llama.cpp chat"]
+        if not (peer and chat):
+            continue
+        r = _ratio(max(chat), peer)
+        rows.append(
+            TargetRow(
+                f"vs llama-server, chat replica RSS {when}, {label}",
+                "≤ 1.2×",
+                f"{max(chat):,.0f} vs {peer:,.0f} MB = {r:.2f}×",
+                r <= 1.2,
+            )
+        )
     return rows
 
 

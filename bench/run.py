@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from backends.engines.base import Engine
@@ -41,6 +42,8 @@ class Targets:
     llama_threads: int = 1
     warm: set[tuple[str, str]] = field(default_factory=set)
     log_dir: Path = Path(".")
+    serving: str | None = None  # the SOLO_TARGETS shape the `serve` gateway has now
+    rss: dict[str, dict[str, Any]] = field(default_factory=dict)  # per target, see run_scenario
 
     def factory(self, target: str, workload: str) -> WorkerFactory:
         if target == "L0":
@@ -121,6 +124,9 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
         ],
         "bare": [py, "-m", "bench.bare_app", "--port", servers.PORT],
     }
+    if SERVE in needed:
+        argv = [str(servers.BIN / "raygate"), "serve", "--port", servers.PORT]
+        commands[SERVE] = [*argv, "--config", str(_serve_config(log_dir))]
     if "llama-server" in needed:
         commands["llama-server"] = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
     health = {
@@ -129,6 +135,7 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
         "peer": "/v1/models",
         "bare": "/health",
         "llama-server": "/health",
+        SERVE: "/ready",
     }
     # The gateway must start its own Ray, never attach to another session's cluster.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -140,6 +147,9 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
             servers.wait_healthy(server, health[name])
             targets.urls[name] = server.url
             log.info("%s ready on %s", name, server.url)
+        if SERVE in targets.procs:
+            targets.serving = SERVE  # started with models/default.yaml itself
+            targets.urls.update(dict.fromkeys(plan.SOLO_TARGETS, targets.urls[SERVE]))
         yield targets
     finally:
         for name, server in targets.procs.items():
@@ -170,60 +180,76 @@ async def warm_up(scenario: plan.Scenario, targets: Targets) -> None:
         )
 
 
-def _solo_config(target: str, folder: Path) -> Path:
-    """models/default.yaml with the SOLO_TARGETS changes to its chat model, written to `folder`
-    (relative model paths made absolute, as they were relative to models/)."""
+def _serve_config(folder: Path) -> Path:
+    """models/default.yaml, written to `folder` with relative model paths made absolute (they were
+    relative to models/): what `make serve` starts, and the `serve` target."""
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     for model in data["models"]:
         source = model.get("source") or {}
         if "path" in source and not Path(source["path"]).is_absolute():
             source["path"] = str(DEFAULT_CONFIG.parent / source["path"])
-        if model["name"] == plan.LLAMA_MODEL:
-            model.update(plan.SOLO_TARGETS[target])
-    path = folder / f"{target}.yaml"
+    path = folder / "serve.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-@contextlib.contextmanager
-def solo_gateway(target: str, targets: Targets) -> Iterator[servers.Server]:
-    """A gateway serving only `target`'s configuration, for the time its runs take."""
-    config = _solo_config(target, targets.log_dir)
-    argv = [str(servers.BIN / "raygate"), "serve", "--config", str(config), "--port", servers.PORT]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    server = servers.start(target, argv, targets.log_dir / f"{target}.log", env=env)
-    try:
-        servers.wait_healthy(server, "/ready")
-        targets.urls[target] = server.url
-        yield server
-    finally:
-        targets.urls.pop(target, None)
-        log.info("%s stopped (exit %s)", target, server.stop())
+def variant_spec(target: str) -> dict[str, Any]:
+    """The chat model's spec in models/default.yaml with `target`'s changes (plan.SOLO_TARGETS)."""
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    chat = next(m for m in data["models"] if m["name"] == plan.LLAMA_MODEL)
+    return {**chat, **plan.SOLO_TARGETS[target]}
+
+
+SERVE = "serve"  # the gateway all plan.SOLO_TARGETS share, one shape at a time
+
+
+async def use_variant(target: str, targets: Targets) -> None:
+    """Reshape the `serve` gateway's chat model to `target` (an admin update: a fresh replica
+    with the new spec), unless it has that shape already. Its replicas' RSS once up is recorded
+    the first time, before any request reaches them."""
+    if targets.serving == target:
+        return
+    url = targets.urls[SERVE]
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        path = f"/admin/deployments/{plan.LLAMA_MODEL}"
+        (await http.put(path, json=variant_spec(target))).raise_for_status()
+        while True:
+            state = (await http.get(path)).json()
+            if not state["updating"] and state["ready"] == state["desired"]:
+                break
+            await asyncio.sleep(0.5)
+    gateway = targets.procs[SERVE].proc.pid
+    replicas = int(variant_spec(target).get("replicas", 1))
+    for _ in range(60):  # the replaced replicas are drained and killed after the update
+        chat = [r for r in replica_rss(gateway) if r["model"] == "llama.cpp chat"]
+        if len(chat) == replicas:
+            break
+        await asyncio.sleep(0.5)
+    targets.rss.setdefault(target, {}).setdefault("replica_rss_at_start_mb", replica_rss(gateway))
+    targets.serving = target
+    targets.warm = {w for w in targets.warm if w[0] != target}  # a fresh replica: warm it again
 
 
 async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[str, Any]]:
-    """Targets that share the started servers run interleaved, round by round; a solo target
-    (plan.SOLO_TARGETS) runs all its levels while its own gateway is up, then the gateway stops."""
+    """Every target in interleaved rounds; a solo target (plan.SOLO_TARGETS) reshapes the `serve`
+    gateway before each of its runs, so its shapes alternate with the others as well."""
     collected: dict[tuple[str, int], tuple[list[RequestResult], float]] = {}
     loads: dict[tuple[str, int], list[float]] = {}  # 1-minute load average: how shared the cores were
-    rss: dict[str, list[dict[str, Any]]] = {}
     shared = tuple(t for t in scenario.targets if t not in plan.SOLO_TARGETS)
     await warm_up(replace(scenario, targets=shared), targets)
-    await _run_levels(scenario, shared, targets, collected, loads)
-    for target in scenario.targets:
-        if target in plan.SOLO_TARGETS:
-            with solo_gateway(target, targets) as server:
-                targets.warm.discard((target, scenario.workload))
-                await warm_up(replace(scenario, targets=(target,)), targets)
-                await _run_levels(scenario, (target,), targets, collected, loads)
-                rss[target] = replica_rss(server.proc.pid)
+    await _run_levels(scenario, scenario.targets, targets, collected, loads)
+    # Memory after the runs, for every target that is one serving process or a gateway's shape
+    # (once up: `use_variant`, and llama-server's at its start).
+    if "llama-server" in shared:
+        pid = targets.procs["llama-server"].proc.pid
+        targets.rss["llama-server"] = {"rss_after_runs_mb": servers.rss_mb(pid)}
     return [
         {
             "target": t,
             "concurrency": c,
             "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
             "summary": summarize(res, wall).to_dict(),
-            **({"replica_rss_mb": rss[t]} if t in rss else {}),
+            **targets.rss.get(t, {}),
         }
         for (t, c), (res, wall) in collected.items()
     ]
@@ -240,6 +266,9 @@ async def _run_levels(
         for r in range(scenario.rounds):
             order = names if r % 2 == 0 else tuple(reversed(names))
             for target in order:
+                if target in plan.SOLO_TARGETS:
+                    await use_variant(target, targets)
+                    await warm_up(replace(scenario, targets=(target,)), targets)
                 results, wall = await run_closed_loop(
                     targets.factory(target, scenario.workload),
                     concurrency=level,
@@ -249,6 +278,9 @@ async def _run_levels(
                 done, total = collected.get((target, level), ([], 0.0))
                 collected[(target, level)] = (done + results, total + wall)
                 loads.setdefault((target, level), []).append(os.getloadavg()[0])
+                if target in plan.SOLO_TARGETS:
+                    gateway = targets.procs[SERVE].proc.pid
+                    targets.rss[target]["replica_rss_mb"] = replica_rss(gateway)
                 ok = sum(x.ok for x in results)
                 log.info(
                     "%s %s c=%d round %d: %d/%d ok in %.1fs",
@@ -317,7 +349,7 @@ def machine() -> dict[str, Any]:
 async def run_plan(
     scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
 ) -> dict[str, Any]:
-    needed = {t for s in scenarios for t in s.targets if t not in plan.SOLO_TARGETS}
+    needed = {SERVE if t in plan.SOLO_TARGETS else t for s in scenarios for t in s.targets}
     needed |= {"L2"} if memory_requests or with_rerank else set()
     if "bare-joined" in needed:
         needed.add("bare")
@@ -332,6 +364,8 @@ async def run_plan(
             record.setdefault("rss_after_start_mb", {})[name] = servers.rss_mb(server.proc.pid)
         if "L2" in targets.procs:
             record["replica_rss_after_start_mb"] = replica_rss(targets.procs["L2"].proc.pid)
+        if SERVE in targets.procs:
+            targets.rss[SERVE] = {"replica_rss_at_start_mb": replica_rss(targets.procs[SERVE].proc.pid)}
         for scenario in scenarios:
             record["scenarios"][scenario.name] = {
                 "workload": plan.WORKLOADS[scenario.workload],

@@ -117,25 +117,33 @@ def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
     assert summarize(few).failures == {"incomplete": 1}
 
 
-@pytest.mark.parametrize("target", ["serve", "serve-unspaced", "serve-2x1"])
-def test_solo_targets_run_make_serves_models_reshaped(target: str, tmp_path: Path) -> None:
+def test_the_serve_target_runs_make_serves_models(tmp_path: Path) -> None:
     """What `make bench` compares with llama-server: models/default.yaml itself (every model of it,
-    the embedding one found from anywhere), only the chat model's shape changed."""
-    from bench import plan
-    from bench.run import _solo_config
+    the embedding one found from anywhere)."""
+    from bench.run import _serve_config
     from server.settings import DEFAULT_CONFIG, load_config
 
-    config = load_config(_solo_config(target, tmp_path))
+    config = load_config(_serve_config(tmp_path))
     default = load_config(DEFAULT_CONFIG)
-    assert [m.name for m in config.models] == [m.name for m in default.models]
-    chat = next(m for m in config.models if m.name == plan.LLAMA_MODEL)
-    for key, value in plan.SOLO_TARGETS[target].items():
-        assert getattr(chat, key) == value
     embed = next(m for m in config.models if m.task == "embed")
     assert embed.source is not None and embed.source.path is not None
     assert Path(embed.source.path).is_file()
-    if target == "serve":
-        same = [
-            m.model_copy(update={"source": embed.source}) if m.task == "embed" else m for m in default.models
-        ]
-        assert config.models == same  # the same specs; only the embedding file's path is absolute
+    same = [m.model_copy(update={"source": embed.source}) if m.task == "embed" else m for m in default.models]
+    assert config.models == same  # the same specs; only the embedding file's path is absolute
+
+
+@pytest.mark.parametrize("target", ["serve", "serve-unspaced", "serve-2x1"])
+def test_the_other_shapes_change_only_the_chat_models_fields_they_name(target: str) -> None:
+    """The shapes the `serve` gateway's chat model is updated to between runs: valid specs, equal to
+    make serve's chat model but for the fields plan.SOLO_TARGETS names."""
+    from bench import plan
+    from bench.run import variant_spec
+    from protocol.config import ModelConfig
+    from server.settings import DEFAULT_CONFIG, load_config
+
+    spec = ModelConfig.model_validate(variant_spec(target))
+    chat = next(m for m in load_config(DEFAULT_CONFIG).models if m.name == plan.LLAMA_MODEL)
+    changes = plan.SOLO_TARGETS[target]
+    for key, value in changes.items():
+        assert getattr(spec, key) == value
+    assert spec.model_copy(update={k: getattr(chat, k) for k in changes}) == chat

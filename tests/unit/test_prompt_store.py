@@ -8,8 +8,8 @@ from backends.engines.llama_cpp.prompt_store import PromptStore
 
 def test_the_longest_shared_prefix_wins() -> None:
     store = PromptStore(1000)
-    store.put([1, 2, 3], b"abc")
-    store.put([1, 2, 9, 9], b"abcd")
+    store.put([1, 2, 3], bytearray(b"abc"))
+    store.put([1, 2, 9, 9], bytearray(b"abcd"))
     entry, shared = store.best([1, 2, 3, 4])
     assert entry is not None and entry.tokens == (1, 2, 3) and shared == 3
     assert store.best([7, 8]) == (None, 0)
@@ -17,33 +17,42 @@ def test_the_longest_shared_prefix_wins() -> None:
 
 def test_a_longer_state_of_the_same_conversation_supersedes_the_shorter() -> None:
     store = PromptStore(1000)
-    store.put([1, 2], b"ab")
-    store.put([1, 2, 3, 4], b"abcd")
+    store.put([1, 2], bytearray(b"ab"))
+    store.put([1, 2, 3, 4], bytearray(b"abcd"))
     assert len(store) == 1 and store.used == 4
 
 
 def test_least_recently_stored_goes_first_when_bytes_run_out() -> None:
     store = PromptStore(10)
-    store.put([1], b"xxxx")
-    store.put([2], b"yyyy")
-    store.put([3], b"zzzz")  # 12 bytes > 10: [1] leaves
+    store.put([1], bytearray(b"xxxx"))
+    store.put([2], bytearray(b"yyyy"))
+    store.put([3], bytearray(b"zzzz"))  # 12 bytes > 10: [1] leaves
     assert store.best([1]) == (None, 0)
     assert store.best([2])[1] == 1 and store.best([3])[1] == 1 and store.used == 8
 
 
 def test_a_state_larger_than_the_store_or_an_empty_one_is_not_kept() -> None:
     store = PromptStore(3)
-    assert not store.put([1, 2], b"abcd")
-    assert not store.put([], b"a")
+    assert not store.put([1, 2], bytearray(b"abcd"))
+    assert not store.put([], bytearray(b"a"))
     assert len(store) == 0 and store.used == 0
 
 
 def test_a_taken_state_leaves_the_store() -> None:
     store = PromptStore(100)
-    store.put([5, 6], b"ab")
+    store.put([5, 6], bytearray(b"ab"))
     entry, _ = store.best([5, 6, 7])
     assert entry is not None
     store.take(entry)
     assert len(store) == 0 and store.used == 0
     store.take(entry)  # twice is harmless
     assert store.used == 0
+
+
+def test_a_state_stored_for_the_same_tokens_is_only_refreshed() -> None:
+    store = PromptStore(8)
+    store.put([1], bytearray(b"xxxx"))
+    store.put([2], bytearray(b"yyyy"))
+    assert store.refresh([1]) and not store.refresh([3]) and not store.refresh([1, 2])
+    store.put([3], bytearray(b"zzzz"))  # over capacity: the least recently used, now [2], leaves
+    assert store.best([1])[1] == 1 and store.best([2]) == (None, 0)

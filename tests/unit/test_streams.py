@@ -103,6 +103,26 @@ async def test_an_interval_never_holds_the_end_or_an_error() -> None:
         assert got == [[1], [2, 3]]
 
 
+async def test_a_callable_interval_is_asked_after_each_batch() -> None:
+    """The replica's interval grows with its streams: a batch waits for what the callable says
+    once the batch before it has left (none after the first two, then 30 s: the rest leaves
+    together with the last)."""
+    asked: list[float] = []
+
+    def interval() -> float:
+        asked.append(0.0 if len(asked) < 2 else 30.0)
+        return asked[-1]
+
+    async with Pump[int]() as pump:
+        pump.add(_trickle([1, 2, 3, 4, 5]))
+
+        async def read() -> list[list[int]]:
+            return [b async for b in pump.batches(64, interval, last=lambda x: x == 5)]
+
+        assert await asyncio.wait_for(read(), 10) == [[1], [2], [3], [4, 5]]
+    assert asked == [0.0, 0.0, 30.0, 30.0]
+
+
 async def test_an_interval_still_hands_out_a_full_batch_at_once() -> None:
     async with Pump[int]() as pump:
         pump.add(_trickle(list(range(7))))

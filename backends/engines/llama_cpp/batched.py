@@ -73,7 +73,7 @@ _TOKENIZER_CTX = 64
 # slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
 SIMILARITY = 0.5
 # A slot's state goes to the host store only if at least this many of its tokens would be lost
-# (a copy costs ~0.1 ms per 100 tokens of SmolLM2; a short prefix is cheaper to evaluate again).
+# (a copy costs ~0.3 ms per 100 tokens of SmolLM2; a short prefix is cheaper to evaluate again).
 STORE_MIN_TOKENS = 32
 # Deltas a sequence may run ahead of its stream's reader before it is paused.
 MAX_QUEUED_DELTAS = 64
@@ -275,8 +275,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         Returns the prefix the slot now shares with the prompt (0 if llama.cpp refused the copy)."""
         llama, ctx = self._llama, self._ctx.ctx
         llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-        buf = (ctypes.c_uint8 * len(entry.state)).from_buffer_copy(entry.state)
-        if llama.llama_state_seq_set_data(ctx, buf, len(entry.state), slot) != len(entry.state):
+        size = len(entry.state)
+        read = llama.llama_state_seq_set_data(
+            ctx, (ctypes.c_uint8 * size).from_buffer(entry.state), size, slot
+        )
+        if read != size:
             cached[slot] = []  # nothing usable restored: the slot is empty
             llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
             return 0
@@ -286,17 +289,21 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return shared
 
     def _store_slot(self, slot: int, tokens: list[int]) -> None:
-        """Copy the slot's KV cells to the host store (skipped when the store is off or full)."""
-        if not self._store.capacity or not tokens:
+        """Copy the slot's KV cells to the host store (skipped when the store is off, too small,
+        or holds these tokens already)."""
+        if not self._store.capacity or not tokens or self._store.refresh(tokens):
             return
         llama, ctx = self._llama, self._ctx.ctx
         size = llama.llama_state_seq_get_size(ctx, slot)
         if size > self._store.capacity:
             return
-        buf = (ctypes.c_uint8 * size)()
-        written = llama.llama_state_seq_get_data(ctx, buf, size, slot)
+        state = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(state)
+        written = llama.llama_state_seq_get_data(ctx, view, size, slot)
+        del view  # the array may shrink only once nothing points into it
         if written:
-            self._store.put(tokens, bytes(memoryview(buf)[:written]))
+            del state[written:]
+            self._store.put(tokens, state)
 
     @staticmethod
     def _pick_slot(free: list[int], cached: list[list[int]], used: list[int], prompt: list[int]) -> int:
