@@ -4,7 +4,8 @@ One gateway (embedded Ray), the real llama.cpp chat model with 2 replicas. Each 
 set in place by an admin update (same replicas, so both policies meet the same processes) and runs:
 
 - multi-turn: 16 conversations x 4 turns at once, all sharing a ~300-token system prompt; each
-  turn sends the whole history so far (the earlier turns are a prefix of the next prompt);
+  turn sends the whole history so far (the earlier turns are a prefix of the next prompt); run
+  again at the end with 8 slots per replica (`SIZED_ENGINE`), a slot for every conversation;
 - multi-turn over documents: 8 conversations x 4 turns, each about its own ~500-token document
   (a retrieval-augmented chat), started within 8 s, with 2-6 s of reading and typing before each
   next turn, as people chat: what is worth keeping per conversation is long, so a turn sent where
@@ -45,6 +46,10 @@ EMBED_PATH = str(servers.REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf")
 # sequences per decode and so 4 prompt-cache slots each, which decide what affinity can gain.
 _DEFAULTS = {m.name: m for m in load_config(DEFAULT_CONFIG).models}
 CHAT_ENGINE = {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4}
+# The multi-turn workload again with a slot for every conversation a replica serves (16 over 2):
+# with 4 slots each, half of the 16 turns in flight wait for a slot whatever the policy, and TTFT
+# measures that queue rather than where a turn's history is cached.
+SIZED_ENGINE = {**CHAT_ENGINE, "n_seq_max": 8}
 EMBED_ENGINE = _DEFAULTS["all-minilm-l6-v2"].engine
 CONFIG = f"""
 models:
@@ -196,12 +201,20 @@ def _summary(ttfts: list[float], tokens: int, wall: float) -> dict[str, Any]:
     }
 
 
-async def _set_policy(http: httpx.AsyncClient, policy: str) -> None:
-    spec = (await http.get(f"/admin/deployments/{MODEL}")).json()["spec"]
+async def _set_policy(http: httpx.AsyncClient, policy: str, engine: dict[str, Any] | None = None) -> None:
+    """A policy changes in place (the same two replicas); an engine change replaces them."""
+    path = f"/admin/deployments/{MODEL}"
+    spec = (await http.get(path)).json()["spec"]
     spec["routing"]["policy"] = policy
-    r = await http.put(f"/admin/deployments/{MODEL}", json=spec)
+    if engine is not None:
+        spec["engine"] = engine
+    r = await http.put(path, json=spec)
     r.raise_for_status()
-    assert r.json()["ready"] == 2, r.text  # changed in place: the same two replicas
+    while True:
+        state = (await http.get(path)).json()
+        if state["ready"] == 2 and not state["updating"]:
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _affinity(http: httpx.AsyncClient) -> dict[str, float]:
@@ -270,6 +283,11 @@ async def run(url: str) -> dict[str, Any]:
             "affinity": outcomes,
         }
         print(policy, json.dumps(record["runs"][policy]), flush=True)
+    for policy in POLICIES:
+        await _set_policy(http, policy, SIZED_ENGINE)
+        sized = await multi_turn(client, f"{policy}-sized-{random.randrange(10**9)}")
+        record["runs"][policy]["multi_turn_slot_per_conversation"] = sized
+        print(policy, "slot per conversation", json.dumps(sized), flush=True)
     record["cold_start_s"] = await cold_starts(url, http)
     await http.aclose()
     print("cold start", record["cold_start_s"], flush=True)
