@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.engines.base import loaded
+from backends.engines.llama_cpp import logprobs, prefix_reuse
 from backends.engines.llama_cpp import sampling as sampling_lib
 from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
@@ -221,8 +222,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         llm, ctx = loaded(self._model).llm, self._ctx.ctx
         try:
             if start == 0:
-                seq.prompt_scores.append(sampling_lib.unpredicted(llm, seq.prompt[0]))
-            seq.prompt_scores += sampling_lib.score_prompt_chunk(
+                seq.prompt_scores.append(logprobs.unpredicted(llm, seq.prompt[0]))
+            seq.prompt_scores += logprobs.score_prompt_chunk(
                 llm, ctx, seq.prompt, start, first_row, n, seq.prompt_top
             )
         except Exception as exc:
@@ -260,7 +261,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 shared = self._restore(slot, cached, entry, stored)
             # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
-            keep = max(0, min(shared, len(seq.prompt) - sampling_lib.REEVALUATED))
+            keep = max(0, min(shared, len(seq.prompt) - prefix_reuse.REEVALUATED))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             used[slot] = next(self._clock)

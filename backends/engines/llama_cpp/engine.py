@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from backends.engines.base import check_token_ids, loaded
-from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines.llama_cpp import logprobs, prefix_reuse
 from backends.engines.llama_cpp.model import (
     DEFAULT_ENGINE_KWARGS,
     LlamaModel,
@@ -131,11 +131,11 @@ class LlamaCppEngine(LlamaModelEngine):
         llm, sampling, cancel = model.llm, request.sampling, feed.cancel
         seq = SequenceOutput(llm, request, len(job.prompt), job.budget, feed.put, self._stats)
         if sampling.prompt_logprobs is not None:
-            seq.builder.prompt_logprobs = sampling_lib.eval_prompt_with_logprobs(
+            seq.builder.prompt_logprobs = logprobs.eval_prompt_with_logprobs(
                 llm, job.prompt, sampling.prompt_logprobs
             )
         else:
-            reused = sampling_lib.prefill(llm, job.prompt, reuse=self._prompt_cache)
+            reused = prefix_reuse.prefill(llm, job.prompt, reuse=self._prompt_cache)
             seq.builder.cached_tokens = reused
             self._stats.count_prompt_cache(reused)
         ctx = llm._ctx.ctx

@@ -1,4 +1,4 @@
-"""llama.cpp sampling for one request: the sampler chain, grammars, and log-probabilities.
+"""llama.cpp sampling for one request: the sampler chain and grammars (log-probabilities: logprobs.py).
 
 llama-cpp-python's own `Llama.generate` builds a fixed chain without logit bias or lazy grammars,
 so the engine builds its own from llama.cpp's samplers:
@@ -19,8 +19,6 @@ distribution, because masking commutes with the additive bias and penalties.
 
 Temperature comes before top_p as in OpenAI's and vLLM's definition (the nucleus is taken from
 the tempered distribution), and top_k before top_p as in vLLM (the nucleus of the k likeliest).
-Reported logprobs are the model's raw distribution at each step (before bias, penalties, grammar
-and temperature), as vLLM reports them by default.
 """
 
 from __future__ import annotations
@@ -38,11 +36,9 @@ from backends.engines import tool_calls
 from backends.engines.llama_cpp import gbnf, int_range
 from backends.engines.llama_cpp.token_mask import TokenMask
 from protocol.errors import BadRequestError
-from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
+from protocol.generation import SamplingParams, ToolsSpec
 
 BACKEND = "llama_cpp"
-# Prompt tokens evaluated again even when the KV cache holds them (see `prefill`).
-REEVALUATED = 2
 # Tokens the repetition penalties look back over (llama-cpp-python's default).
 PENALTY_LAST_N = 64
 
@@ -313,101 +309,3 @@ def build_sampler(
             param=tool_calls.constraint_param(sampling) if sampling.constrained else "tools",
         )
     return TokenSampler(chain, sampler, n_vocab, mask, lazy_vocab=vocab if lazy else None)
-
-
-# -- log-probabilities --------------------------------------------------------------------------
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    shifted = x - x.max()
-    return np.asarray(shifted - np.log(np.exp(shifted).sum()))
-
-
-def _piece(llm: Any, token: int) -> tuple[str, bytes]:
-    raw = bytes(llm._model.detokenize([token], special=True))
-    return raw.decode("utf-8", errors="replace"), raw
-
-
-def logprob_at(llm: Any, ctx: Any, row: int, token: int, top: int) -> TokenLogprob:
-    """`token`'s logprob under the logits of batch index `row` (-1: the last) of `ctx` (the raw
-    `llama_context` pointer), and the `top` likeliest. `llm` only supplies the vocabulary.
-
-    Values are converted to Python floats here: numpy scalars do not pickle across Ray cheaply
-    and do not serialise to JSON at all.
-    """
-    n_vocab = llm.n_vocab()
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
-    lp = _log_softmax(logits)
-    alternatives: list[TopLogprob] = []
-    if top > 0:
-        best = np.argpartition(-lp, top)[:top]
-        for t in best[np.argsort(-lp[best])]:
-            text, raw = _piece(llm, int(t))
-            alternatives.append(TopLogprob(text, raw, float(lp[t])))
-    text, raw = _piece(llm, token)
-    return TokenLogprob(text, raw, float(lp[token]), alternatives)
-
-
-def unpredicted(llm: Any, token: int) -> TokenLogprob:
-    """The entry of the first prompt token, which nothing predicts (`logprob` None, as at OpenAI)."""
-    text, raw = _piece(llm, token)
-    return TokenLogprob(text, raw, None)
-
-
-def score_prompt_chunk(
-    llm: Any, ctx: Any, tokens: list[int], start: int, first_row: int, n: int, top: int
-) -> list[TokenLogprob]:
-    """Score the prompt tokens that positions `start .. start+n-1` predict, from their logits at
-    batch indices `first_row ..` of `ctx` (decoded with logits requested for every one of them).
-    The last prompt position predicts nothing: its logits are the first sample's."""
-    return [
-        logprob_at(llm, ctx, first_row + k, tokens[start + k + 1], top)
-        for k in range(n)
-        if start + k + 1 < len(tokens)
-    ]
-
-
-def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[TokenLogprob]:
-    """Evaluate the whole prompt keeping every position's logits (llama-cpp-python keeps only the
-    last unless the model was loaded with `logits_all`), and score each prompt token.
-
-    Mirrors `Llama.eval`'s bookkeeping so later `eval` calls and prefix reuse stay correct.
-    """
-    llm.reset()
-    llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-    scored = [unpredicted(llm, tokens[0])]
-    n_past = 0
-    for start in range(0, len(tokens), llm.n_batch):
-        chunk = tokens[start : start + llm.n_batch]
-        llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
-        llm._ctx.decode(llm._batch)
-        llm.input_ids[n_past : n_past + len(chunk)] = chunk
-        scored += score_prompt_chunk(llm, llm._ctx.ctx, tokens, n_past, 0, len(chunk), top)
-        n_past += len(chunk)
-        llm.n_tokens = n_past
-    return scored
-
-
-def prefill(llm: Any, tokens: list[int], reuse: bool = True) -> int:
-    """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
-    request (as `Llama.generate` does) unless `reuse` is off.
-
-    At least `REEVALUATED` tokens are evaluated again: llama.cpp evaluates a lone token with other
-    kernels than a batch, and its logits differ by up to 0.66 here (SmolLM2 Q8, measured), enough
-    to flip a greedy answer between a fresh prompt and the same prompt served from the cache.
-    Returns how many prompt tokens came from the cache."""
-    cached = llm.input_ids[: llm.n_tokens] if reuse else []
-    shared = 0
-    for a, b in zip(cached, tokens, strict=False):
-        if a != b:
-            break
-        shared += 1
-    shared = min(shared, len(tokens) - REEVALUATED)
-    if shared > 0 and llm._ctx.kv_cache_seq_rm(-1, shared, -1):
-        llm.n_tokens = shared
-    else:
-        llm.reset()
-    reused: int = llm.n_tokens
-    llm.eval(tokens[reused:])
-    return reused

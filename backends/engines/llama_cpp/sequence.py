@@ -17,7 +17,7 @@ import llama_cpp
 from backends.engines import tool_calls
 from backends.engines.base import EngineStats
 from backends.engines.deltas import DeltaBuilder
-from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines.llama_cpp import logprobs
 from backends.engines.text_stream import StopMatcher, Utf8Stream
 from protocol.generation import Delta, FinishReason, GenerateRequest
 
@@ -56,7 +56,7 @@ class SequenceOutput:
             return True
         out = self.builder
         if self._top is not None:
-            out.logprobs.append(sampling_lib.logprob_at(self._llm, ctx, row, token, self._top))
+            out.logprobs.append(logprobs.logprob_at(self._llm, ctx, row, token, self._top))
         out.n_out += 1
         self._stats.tokens_generated_total += 1
         piece = self._llm.detokenize([token], special=self._special)
