@@ -11,6 +11,8 @@ Targets (the ladder, plus the peer and the ceiling):
            stream's tokens sent at most every 50 ms, stretched with the streams up to 250 ms)
     serve-unspaced  the same gateway, its chat model updated to `stream_interval_ms: 0` (every
            token its own Ray item)
+    serve-sparse  the same gateway, its chat model updated to `stream_interval_ms: 1000` (about as
+           few Ray items as one multiplexed stream per gateway would carry)
     serve-2x1  the same gateway, its chat model updated to the previous default: 2 replicas x 1
            thread x 4 sequences per decode, every token its own Ray item
            (the three shapes take turns in the rounds: an admin update before each run)
@@ -41,6 +43,8 @@ MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
 SOLO_TARGETS: dict[str, dict[str, object]] = {
     "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
     "serve-unspaced": {"stream_interval_ms": 0},
+    # One Ray item a second per stream: about as few as a stream multiplexed per gateway would send.
+    "serve-sparse": {"stream_interval_ms": 1000},
     "serve-2x1": {
         "replicas": 2,
         "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
@@ -139,7 +143,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-unspaced", "serve-2x1", "llama-server"),
+        ("serve", "serve-unspaced", "serve-sparse", "serve-2x1", "llama-server"),
         (1, 8),
         rounds=3,
         requests_per_stream=2,

@@ -57,7 +57,8 @@ DRAIN_POLL_SECONDS = 0.05
 # The longest a stream's tokens wait for company, however many streams the replica serves: past a
 # few hundred milliseconds text visibly arrives in lumps. Through the gateway at c=8 (2 cores, one
 # replica of make serve's chat model, 16 requests x 128 tokens), 50 ms: 124-144 tok/s; 200 ms:
-# 133-164; 400 ms: 146-151 (llama-server beside it: 149-172).
+# 133-164; 400 ms: 146-151 (llama-server beside it: 149-172); later runs put the stretch's gain at
+# c=8 within the machine's noise (README "Where the c=8 gap is").
 MAX_SPACING_S = 0.25
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
