@@ -23,6 +23,8 @@ import httpx
 import pytest
 import ray
 
+from backends.cluster.replica import MAX_DELTAS_PER_YIELD
+from backends.cluster.router import UNREAD_BATCHES
 from bench.servers import Server as GatewayProcess
 from tests.conftest import replica_actors, replica_stats
 from tests.support.gateway import start_gateway
@@ -168,8 +170,10 @@ def test_a_client_that_reads_nothing_holds_the_engine_back_and_is_dropped(gw: Ga
         assert time.monotonic() - opened >= STALL_S - 0.5  # not before the timeout
         received = _drain_until_closed(sock, 15)
         assert received < made * (len(TOKEN_TEXT) + 200)
-        # At most a few more batches (64 tokens each) left while the disconnect closed the stream.
-        assert _totals(LONG)[0] - samples[-1] <= 4 * 64
+        # What the chain still had room for when the disconnect closed the stream, and no more:
+        # Ray's window of unread batches and the replica's pump (64 deltas each). 4 batches was
+        # tighter than that design and once saw 5 (320 tokens) in a loaded fresh-clone run.
+        assert _totals(LONG)[0] - samples[-1] <= (UNREAD_BATCHES + 1) * MAX_DELTAS_PER_YIELD
     finally:
         sock.close()
     assert "has read nothing for 5s" in gw.log()
