@@ -225,7 +225,7 @@ class ModelRouter:
                 except (RayTaskError, RayActorError) as exc:
                     finished = True
                     mapped = self._mapped(exc, replica)
-                    if started or not (mapped.retry or self._retired(exc, replica)):
+                    if started or not mapped.retry:
                         raise mapped.error from None
                     tried.add(replica.id)
                 finally:
@@ -235,12 +235,6 @@ class ModelRouter:
 
         finally:
             self.ongoing -= 1
-
-    def _retired(self, exc: RayTaskError | RayActorError, replica: Replica) -> bool:
-        """The replica died after the controller took it out of routing (scale down, update,
-        undeploy: it drains, then is killed). A request that reached it in that window and got
-        nothing back did not kill it, so it goes to another replica instead of failing."""
-        return isinstance(exc, RayActorError) and all(r.id != replica.id for r in self.replicas)
 
     def _mapped(self, exc: RayTaskError | RayActorError, replica: Replica) -> Mapped:
         """The typed error for a failed call; a death of the actor itself (not an error its code
@@ -273,7 +267,7 @@ class ModelRouter:
                     return await getattr(replica.actor, method).remote(request)
                 except (RayTaskError, RayActorError) as exc:
                     mapped = self._mapped(exc, replica)
-                    if not (mapped.retry or self._retired(exc, replica)):
+                    if not mapped.retry:
                         raise mapped.error from None
                     tried.add(replica.id)
                 finally:

@@ -255,30 +255,6 @@ async def test_a_replica_that_dies_holding_the_request_fails_it_once_without_ret
     assert (len(bad.streams), len(good.streams)) == (1, 1)
 
 
-async def test_a_replica_taken_out_of_routing_then_killed_is_retried_elsewhere() -> None:
-    """Scale down: the controller drops the replica from the table, drains it, kills it. A request
-    that reached it in that window and got nothing back did not kill it: another replica serves
-    it (seen once in a fresh-clone run: `raygate scale lc-cli 1` during streams, a 503)."""
-    bad = FakeActor("bad", fail_at=0, error=died())
-    good = FakeActor("good", [deltas("ok")])
-    r = router(bad, good)
-    r.replicas[1].inflight = 1  # the retiring one is the least loaded: it is tried first
-    reach = bad.generate._call
-
-    def reached_then_retired(request: GenerateRequest) -> FakeStream:
-        retired = DeploymentRoute(
-            spec=CONFIG, state="ready", error=None, replicas=[ReplicaRoute("good", good, "n", 1)], restarts=0
-        )
-        r.update(retired)
-        stream: FakeStream = reach(request)
-        return stream
-
-    bad.generate._call = reached_then_retired
-    out = await collect(r.generate(REQUEST))
-    assert [d.text for d in out] == ["ok"]
-    assert (len(bad.streams), len(good.streams)) == (1, 1)
-
-
 async def test_a_dead_replica_stays_out_of_routing_across_table_updates() -> None:
     a, b = FakeActor("a"), FakeActor("b")
     r = router(a, b)
