@@ -203,18 +203,11 @@ def _summary(ttfts: list[float], tokens: int, wall: float) -> dict[str, Any]:
 
 async def _set_policy(http: httpx.AsyncClient, policy: str, engine: dict[str, Any] | None = None) -> None:
     """A policy changes in place (the same two replicas); an engine change replaces them."""
-    path = f"/admin/deployments/{MODEL}"
-    spec = (await http.get(path)).json()["spec"]
+    spec = (await http.get(f"/admin/deployments/{MODEL}")).json()["spec"]
     spec["routing"]["policy"] = policy
     if engine is not None:
         spec["engine"] = engine
-    r = await http.put(path, json=spec)
-    r.raise_for_status()
-    while True:
-        state = (await http.get(path)).json()
-        if state["ready"] == 2 and not state["updating"]:
-            return
-        await asyncio.sleep(0.5)
+    await servers.update_deployment(http, MODEL, spec)
 
 
 async def _affinity(http: httpx.AsyncClient) -> dict[str, float]:

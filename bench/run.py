@@ -209,17 +209,11 @@ async def use_variant(target: str, targets: Targets) -> None:
     the first time, before any request reaches them."""
     if targets.serving == target:
         return
-    url = targets.urls[SERVE]
-    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
-        path = f"/admin/deployments/{plan.LLAMA_MODEL}"
-        (await http.put(path, json=variant_spec(target))).raise_for_status()
-        while True:
-            state = (await http.get(path)).json()
-            if not state["updating"] and state["ready"] == state["desired"]:
-                break
-            await asyncio.sleep(0.5)
+    spec = variant_spec(target)
+    async with httpx.AsyncClient(base_url=targets.urls[SERVE], timeout=600) as http:
+        await servers.update_deployment(http, plan.LLAMA_MODEL, spec)
     gateway = targets.procs[SERVE].proc.pid
-    replicas = int(variant_spec(target).get("replicas", 1))
+    replicas = int(spec.get("replicas", 1))
     for _ in range(60):  # the replaced replicas are drained and killed after the update
         chat = [r for r in replica_rss(gateway) if r["model"] == "llama.cpp chat"]
         if len(chat) == replicas:

@@ -6,6 +6,7 @@ the process it started (and lets it stop its own children, e.g. the gateway's em
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -140,3 +141,15 @@ def maps_file(pid: int, path: Path) -> bool:
         return str(path) in Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return False
+
+
+async def update_deployment(http: httpx.AsyncClient, name: str, spec: dict[str, Any]) -> None:
+    """`PUT /admin/deployments/<name>` and wait until the update is done: changed in place, or
+    every replica replaced by one with the new spec and ready."""
+    path = f"/admin/deployments/{name}"
+    (await http.put(path, json=spec)).raise_for_status()
+    while True:
+        state = (await http.get(path)).json()
+        if not state["updating"] and state["ready"] == state["desired"]:
+            return
+        await asyncio.sleep(0.5)
