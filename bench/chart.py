@@ -19,10 +19,11 @@ STYLE = {
     "L2": ("Raygate gateway (L2)", "tab:red"),
     "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "serve": ("make serve (own gateway)", "tab:red"),
-    "serve-unspaced": ("make serve, no stream interval", "tab:brown"),
+    "serve-flash": ("make serve with flash attention", "tab:brown"),
     "serve-2x1": ("make serve's previous shape, 2 x 1 thread", "tab:cyan"),
     "peer": ("llama_cpp.server", "tab:green"),
     "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),
+    "llama-server-fa-off": ("llama-server, flash attention off", "tab:olive"),
     "bare": ("bare uvicorn app, write per frame", "tab:purple"),
     "bare-joined": ("bare uvicorn app, one write", "tab:pink"),
 }

@@ -4,6 +4,7 @@ sampling in llama.cpp's sampler chain, detokenising, stop matching, the delta an
 
     python -m bench.decode_profile -c 1 -t 2      # one stream
     python -m bench.decode_profile -c 8 -t 2      # eight streams in one batch
+    python -m bench.decode_profile -c 8 -t 2 --flash-attn   # llama-server's attention kernels
 
 The engine runs in-process (no HTTP, no Ray), 128 tokens per request, each prompt new. Timers
 wrap the scheduler's own methods on this one instance (wall clock: on a shared machine both
@@ -50,13 +51,13 @@ def timed(spent: collections.Counter[str], name: str, fn: Callable[..., Any]) ->
     return wrapper
 
 
-async def drive(concurrency: int, requests: int, threads: int) -> None:
+def engine_settings(concurrency: int, threads: int, flash_attn: bool) -> dict[str, Any]:
+    return {"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency), "flash_attn": flash_attn}
+
+
+async def drive(concurrency: int, requests: int, threads: int, flash_attn: bool = False) -> None:
     engine = make_engine(
-        ModelConfig(
-            name="m",
-            source=SMOLLM2,
-            engine={"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency)},
-        )
+        ModelConfig(name="m", source=SMOLLM2, engine=engine_settings(concurrency, threads, flash_attn))
     )
     await engine.start()
     assert isinstance(engine, BatchedLlamaCppEngine)
@@ -91,14 +92,14 @@ async def drive(concurrency: int, requests: int, threads: int) -> None:
 class _InActor:
     """`drive` inside a Ray actor: the replica's process, without the streaming."""
 
-    async def drive(self, concurrency: int, requests: int, threads: int) -> str:
+    async def drive(self, concurrency: int, requests: int, threads: int, flash_attn: bool) -> str:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            await drive(concurrency, requests, threads)
+            await drive(concurrency, requests, threads, flash_attn)
         return out.getvalue().strip()
 
 
-async def stream(concurrency: int, requests: int, threads: int, interval_ms: float) -> None:
+async def stream(concurrency: int, requests: int, threads: int, interval_ms: float, flash_attn: bool) -> None:
     """The same requests to a real replica actor, its deltas read through Ray as the router reads them."""
     import ray
 
@@ -108,7 +109,7 @@ async def stream(concurrency: int, requests: int, threads: int, interval_ms: flo
     config = ModelConfig(
         name="m",
         source=SMOLLM2,
-        engine={"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency)},
+        engine=engine_settings(concurrency, threads, flash_attn),
         stream_interval_ms=interval_ms,
     )
     worker = ray.remote(ModelWorker).options(num_cpus=0).remote(config)
@@ -143,10 +144,11 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--where", choices=("process", "actor", "stream"), default="process")
     parser.add_argument("--stream-interval-ms", type=float, default=0.0)
+    parser.add_argument("--flash-attn", action="store_true", help="engine: {flash_attn: true}")
     args = parser.parse_args()
     requests = args.requests or max(4, 2 * args.concurrency)
     if args.where == "process":
-        asyncio.run(drive(args.concurrency, requests, args.threads))
+        asyncio.run(drive(args.concurrency, requests, args.threads, args.flash_attn))
         return
     import ray
 
@@ -157,10 +159,13 @@ def main() -> None:
         if args.where == "actor":
             actor = ray.remote(_InActor).options(num_cpus=0).remote()
             print(
-                ray.get(actor.drive.remote(args.concurrency, requests, args.threads)), "(inside a Ray actor)"
+                ray.get(actor.drive.remote(args.concurrency, requests, args.threads, args.flash_attn)),
+                "(inside a Ray actor)",
             )
         else:
-            asyncio.run(stream(args.concurrency, requests, args.threads, args.stream_interval_ms))
+            asyncio.run(
+                stream(args.concurrency, requests, args.threads, args.stream_interval_ms, args.flash_attn)
+            )
     finally:
         ray.shutdown()
 

@@ -9,16 +9,17 @@ Targets (the ladder, plus the peer and the ceiling):
            embedding models), so no other target's replicas share the cores: what a user of
            `make serve` gets (one chat replica with a thread per core, 8 sequences per decode, a
            stream's tokens sent at most every 50 ms, stretched with the streams up to 250 ms)
-    serve-unspaced  the same gateway, its chat model updated to `stream_interval_ms: 0` (every
-           token its own Ray item)
-    serve-sparse  the same gateway, its chat model updated to `stream_interval_ms: 1000` (about as
-           few Ray items as one multiplexed stream per gateway would carry)
+    serve-flash  the same gateway, its chat model updated to `engine: {flash_attn: true}`
+           (llama-server's default; faster, but greedy output then depends on what the prompt
+           cache held, so it is not make serve's)
     serve-2x1  the same gateway, its chat model updated to the previous default: 2 replicas x 1
            thread x 4 sequences per decode, every token its own Ray item
            (the three shapes take turns in the rounds: an admin update before each run)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
+    llama-server-fa-off  the same with `--flash-attn off`: the attention kernels Raygate's
+           engines run by default
     bare   a bare uvicorn streaming app, one socket write per frame (bench/bare_app.py)
     bare-joined  the same app writing all frames at once: the ceiling for "gateway alone"
 
@@ -42,9 +43,8 @@ MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
 # changes before each run of the target (bench/run.py `use_variant`).
 SOLO_TARGETS: dict[str, dict[str, object]] = {
     "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
-    "serve-unspaced": {"stream_interval_ms": 0},
-    # One Ray item a second per stream: about as few as a stream multiplexed per gateway would send.
-    "serve-sparse": {"stream_interval_ms": 1000},
+    # `engine:` changes are merged into the chat model's own (bench/run.py `variant_spec`).
+    "serve-flash": {"engine": {"flash_attn": True}},
     "serve-2x1": {
         "replicas": 2,
         "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
@@ -143,7 +143,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-unspaced", "serve-sparse", "serve-2x1", "llama-server"),
+        ("serve", "serve-flash", "serve-2x1", "llama-server", "llama-server-fa-off"),
         (1, 8),
         rounds=3,
         requests_per_stream=2,

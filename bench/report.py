@@ -3,6 +3,7 @@ the Markdown table the README shows."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -191,9 +192,14 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 LLAMA_SERVER_LABELS = {
     "serve": "`make serve` (1 replica × a thread per core × 8 sequences, 50 ms stream interval per stream)",
-    "serve-unspaced": "`make serve` with `stream_interval_ms: 0`",
-    "serve-sparse": "`make serve` with `stream_interval_ms: 1000`",
+    "serve-flash": "`make serve` with `flash_attn: true`",
     "serve-2x1": "`make serve` with the previous default, 2 replicas × 1 thread × 4 sequences",
+}
+
+
+LLAMA_SERVER_PEERS = {
+    "llama-server": "llama-server",
+    "llama-server-fa-off": "llama-server `--flash-attn off`",
 }
 
 
@@ -202,13 +208,13 @@ def _vs_llama_server(get: Any) -> list[TargetRow]:
     new prompts and on a repeated long opening (prompt caches)."""
     rows: list[TargetRow] = []
     for scenario, what in (("llama-server", "new prompts"), ("llama-server-repeat", "repeated opening")):
-        for level in (1, 8):
-            peer = get(scenario, "llama-server", level)
+        for level, (peer_name, peer_label) in itertools.product((1, 8), LLAMA_SERVER_PEERS.items()):
+            peer = get(scenario, peer_name, level)
             for target, label in LLAMA_SERVER_LABELS.items():
                 ours = get(scenario, target, level)
                 if not (peer and ours):
                     continue
-                name = f"vs llama-server, {what}, c={level}, {label}"
+                name = f"vs {peer_label}, {what}, c={level}, {label}"
                 if scenario == "llama-server":
                     a, b = ours["output_throughput"], peer["output_throughput"]
                     r = _ratio(a, b)

@@ -64,6 +64,11 @@ def _llama_settings() -> tuple[Path, dict[str, Any]]:
     return resolve_model_file(model.source), model.engine
 
 
+# llama-server as it starts (flash attention `auto`, on for a CPU), and with the attention
+# kernels Raygate's engines run by default.
+LLAMA_SERVERS: dict[str, list[str]] = {"llama-server": [], "llama-server-fa-off": ["--flash-attn", "off"]}
+
+
 def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
     """llama-server on the cores the batched Raygate target uses: its replicas' threads together
     (at most the machine's), for prefill and decode, with 8 slots of `n_ctx` tokens each."""
@@ -127,15 +132,16 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
     if SERVE in needed:
         argv = [str(servers.BIN / "raygate"), "serve", "--port", servers.PORT]
         commands[SERVE] = [*argv, "--config", str(_serve_config(log_dir))]
-    if "llama-server" in needed:
-        commands["llama-server"] = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
+    if needed & LLAMA_SERVERS.keys():
+        peer = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
+        commands.update({name: [*peer, *flags] for name, flags in LLAMA_SERVERS.items()})
     health = {
         "L1": "/health",
         "L2": "/health",
         "peer": "/v1/models",
         "bare": "/health",
-        "llama-server": "/health",
         SERVE: "/ready",
+        **dict.fromkeys(LLAMA_SERVERS, "/health"),
     }
     # The gateway must start its own Ray, never attach to another session's cluster.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -194,10 +200,14 @@ def _serve_config(folder: Path) -> Path:
 
 
 def variant_spec(target: str) -> dict[str, Any]:
-    """The chat model's spec in models/default.yaml with `target`'s changes (plan.SOLO_TARGETS)."""
+    """The chat model's spec in models/default.yaml with `target`'s changes (plan.SOLO_TARGETS;
+    `engine:` keys merged into the model's own)."""
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     chat = next(m for m in data["models"] if m["name"] == plan.LLAMA_MODEL)
-    return {**chat, **plan.SOLO_TARGETS[target]}
+    changes = plan.SOLO_TARGETS[target]
+    engine = changes.get("engine", {})
+    assert isinstance(engine, dict)
+    return {**chat, **changes, "engine": {**chat["engine"], **engine}}
 
 
 SERVE = "serve"  # the gateway all plan.SOLO_TARGETS share, one shape at a time
