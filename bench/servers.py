@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -22,10 +23,38 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+# Ray's default worker ports end below this; the kernel's ephemeral range (port-0 binds, outgoing
+# connections) usually starts at 32768.
+FIRST_PICKED_PORT = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, below the kernel's ephemeral range where there is room: between
+    this check and the server's own bind, a port-0 bind elsewhere (Ray's workers and gRPC servers
+    start meanwhile) can only take an ephemeral port. A gateway once lost its port that way
+    ("address already in use", and every test on it errored)."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    picks = [random.randrange(FIRST_PICKED_PORT, low) for _ in range(50)] if low > FIRST_PICKED_PORT else []
+    for port in [*picks, 0, 0, 0]:  # 0: the kernel's choice, if every pick is taken or there is no room
+        if port in _GIVEN:  # handed out already (maybe not bound yet): never twice
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            picked = int(s.getsockname()[1])
+        if picked not in _GIVEN:
+            _GIVEN.add(picked)
+            return picked
+    raise OSError("no free loopback port")
+
+
+_GIVEN: set[int] = set()
 
 
 PORT = "{port}"  # an argument that `start` replaces with the free port it picked

@@ -147,3 +147,18 @@ def test_the_other_shapes_change_only_the_chat_models_fields_they_name(target: s
     for key, value in changes.items():
         assert getattr(spec, key) == ({**chat.engine, **value} if key == "engine" else value)
     assert spec.model_copy(update={k: getattr(chat, k) for k in changes}) == chat
+
+
+def test_a_picked_port_is_free_and_below_the_ephemeral_range() -> None:
+    """What the tests' gateways and the benchmark's servers bind: never a port that a port-0
+    bind elsewhere could take before the server binds it."""
+    import socket
+
+    low = int(servers.EPHEMERAL_RANGE.read_text().split()[0])
+    ports = {servers.free_port() for _ in range(20)}
+    for port in ports:
+        if low > servers.FIRST_PICKED_PORT:
+            assert servers.FIRST_PICKED_PORT <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    assert len(ports) > 1  # picked at random, so servers started together do not meet
