@@ -35,6 +35,13 @@ from protocol.generation import SamplingParams
 
 OUTPUT_TOKENS = 128
 LLAMA_SERVER_SLOTS = 8
+# The llama-server targets and their flags on top of the common command (bench/run.py): as it
+# starts (flash attention `auto`, on for a CPU), and with the attention kernels Raygate's engines
+# run by default.
+LLAMA_SERVERS: dict[str, tuple[str, ...]] = {
+    "llama-server": (),
+    "llama-server-fa-off": ("--flash-attn", "off"),
+}
 LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # The gateway's targets that serve another model of bench.yaml than LLAMA_MODEL.

@@ -197,19 +197,15 @@ LLAMA_SERVER_LABELS = {
 }
 
 
-LLAMA_SERVER_PEERS = {
-    "llama-server": "llama-server",
-    "llama-server-fa-off": "llama-server `--flash-attn off`",
-}
-
-
 def _vs_llama_server(get: Any) -> list[TargetRow]:
     """Issue 13's goals against llama.cpp's own server: tokens/s at least 1.0x and TTFT p50 at most 1.1x, on
     new prompts and on a repeated long opening (prompt caches)."""
     rows: list[TargetRow] = []
     for scenario, what in (("llama-server", "new prompts"), ("llama-server-repeat", "repeated opening")):
-        for level, (peer_name, peer_label) in itertools.product((1, 8), LLAMA_SERVER_PEERS.items()):
+        for level, (peer_name, flags) in itertools.product((1, 8), plan.LLAMA_SERVERS.items()):
             peer = get(scenario, peer_name, level)
+            shown = " ".join(flags)
+            peer_label = f"llama-server `{shown}`" if flags else "llama-server"
             for target, label in LLAMA_SERVER_LABELS.items():
                 ours = get(scenario, target, level)
                 if not (peer and ours):

@@ -64,11 +64,6 @@ def _llama_settings() -> tuple[Path, dict[str, Any]]:
     return resolve_model_file(model.source), model.engine
 
 
-# llama-server as it starts (flash attention `auto`, on for a CPU), and with the attention
-# kernels Raygate's engines run by default.
-LLAMA_SERVERS: dict[str, list[str]] = {"llama-server": [], "llama-server-fa-off": ["--flash-attn", "off"]}
-
-
 def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
     """llama-server on the cores the batched Raygate target uses: its replicas' threads together
     (at most the machine's), for prefill and decode, with 8 slots of `n_ctx` tokens each."""
@@ -132,16 +127,16 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
     if SERVE in needed:
         argv = [str(servers.BIN / "raygate"), "serve", "--port", servers.PORT]
         commands[SERVE] = [*argv, "--config", str(_serve_config(log_dir))]
-    if needed & LLAMA_SERVERS.keys():
+    if needed & plan.LLAMA_SERVERS.keys():
         peer = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
-        commands.update({name: [*peer, *flags] for name, flags in LLAMA_SERVERS.items()})
+        commands.update({name: [*peer, *flags] for name, flags in plan.LLAMA_SERVERS.items()})
     health = {
         "L1": "/health",
         "L2": "/health",
         "peer": "/v1/models",
         "bare": "/health",
         SERVE: "/ready",
-        **dict.fromkeys(LLAMA_SERVERS, "/health"),
+        **dict.fromkeys(plan.LLAMA_SERVERS, "/health"),
     }
     # The gateway must start its own Ray, never attach to another session's cluster.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

@@ -27,6 +27,7 @@ BIN = Path(sys.executable).parent
 # connections) usually starts at 32768.
 FIRST_PICKED_PORT = 20000
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_GIVEN: set[int] = set()  # every port free_port() returned in this process
 
 
 def free_port() -> int:
@@ -38,10 +39,10 @@ def free_port() -> int:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
-    picks = [random.randrange(FIRST_PICKED_PORT, low) for _ in range(50)] if low > FIRST_PICKED_PORT else []
-    for port in [*picks, 0, 0, 0]:  # 0: the kernel's choice, if every pick is taken or there is no room
-        if port in _GIVEN:  # handed out already (maybe not bound yet): never twice
-            continue
+    below = range(FIRST_PICKED_PORT, low)
+    picks = random.sample(below, min(50, len(below)))
+    # Never a port handed out before (it may not be bound yet); 0, the kernel's choice, last.
+    for port in [*(p for p in picks if p not in _GIVEN), 0, 0, 0]:
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -52,9 +53,6 @@ def free_port() -> int:
             _GIVEN.add(picked)
             return picked
     raise OSError("no free loopback port")
-
-
-_GIVEN: set[int] = set()
 
 
 PORT = "{port}"  # an argument that `start` replaces with the free port it picked
