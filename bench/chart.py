@@ -19,7 +19,7 @@ STYLE = {
     "L2": ("Raygate gateway (L2)", "tab:red"),
     "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "serve": ("make serve (own gateway)", "tab:red"),
-    "serve-flash": ("make serve with flash attention", "tab:brown"),
+    "serve-fa-off": ("make serve, flash attention off", "tab:brown"),
     "serve-2x1": ("make serve's previous shape, 2 x 1 thread", "tab:cyan"),
     "peer": ("llama_cpp.server", "tab:green"),
     "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),

@@ -4,7 +4,8 @@ sampling in llama.cpp's sampler chain, detokenising, stop matching, the delta an
 
     python -m bench.decode_profile -c 1 -t 2      # one stream
     python -m bench.decode_profile -c 8 -t 2      # eight streams in one batch
-    python -m bench.decode_profile -c 8 -t 2 --flash-attn   # llama-server's attention kernels
+    python -m bench.decode_profile -c 8 -t 2 --engine type_v=f16   # llama-server's KV cache
+    python -m bench.decode_profile -c 8 -t 2 --engine flash_attn=false
 
 The engine runs in-process (no HTTP, no Ray), 128 tokens per request, each prompt new. Timers
 wrap the scheduler's own methods on this one instance (wall clock: on a shared machine both
@@ -30,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from backends.engines.factory import make_engine
 from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from bench import plan
@@ -51,13 +54,14 @@ def timed(spent: collections.Counter[str], name: str, fn: Callable[..., Any]) ->
     return wrapper
 
 
-def engine_settings(concurrency: int, threads: int, flash_attn: bool) -> dict[str, Any]:
-    return {"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency), "flash_attn": flash_attn}
+def engine_settings(concurrency: int, threads: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own defaults (flash attention, the V cache's type) unless `--engine` says otherwise."""
+    return {"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency), **extra}
 
 
-async def drive(concurrency: int, requests: int, threads: int, flash_attn: bool = False) -> None:
+async def drive(concurrency: int, requests: int, threads: int, extra: dict[str, Any]) -> None:
     engine = make_engine(
-        ModelConfig(name="m", source=SMOLLM2, engine=engine_settings(concurrency, threads, flash_attn))
+        ModelConfig(name="m", source=SMOLLM2, engine=engine_settings(concurrency, threads, extra))
     )
     await engine.start()
     assert isinstance(engine, BatchedLlamaCppEngine)
@@ -92,14 +96,16 @@ async def drive(concurrency: int, requests: int, threads: int, flash_attn: bool 
 class _InActor:
     """`drive` inside a Ray actor: the replica's process, without the streaming."""
 
-    async def drive(self, concurrency: int, requests: int, threads: int, flash_attn: bool) -> str:
+    async def drive(self, concurrency: int, requests: int, threads: int, extra: dict[str, Any]) -> str:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            await drive(concurrency, requests, threads, flash_attn)
+            await drive(concurrency, requests, threads, extra)
         return out.getvalue().strip()
 
 
-async def stream(concurrency: int, requests: int, threads: int, interval_ms: float, flash_attn: bool) -> None:
+async def stream(
+    concurrency: int, requests: int, threads: int, interval_ms: float, extra: dict[str, Any]
+) -> None:
     """The same requests to a real replica actor, its deltas read through Ray as the router reads them."""
     import ray
 
@@ -109,7 +115,7 @@ async def stream(concurrency: int, requests: int, threads: int, interval_ms: flo
     config = ModelConfig(
         name="m",
         source=SMOLLM2,
-        engine=engine_settings(concurrency, threads, flash_attn),
+        engine=engine_settings(concurrency, threads, extra),
         stream_interval_ms=interval_ms,
     )
     worker = ray.remote(ModelWorker).options(num_cpus=0).remote(config)
@@ -144,11 +150,14 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--where", choices=("process", "actor", "stream"), default="process")
     parser.add_argument("--stream-interval-ms", type=float, default=0.0)
-    parser.add_argument("--flash-attn", action="store_true", help="engine: {flash_attn: true}")
+    parser.add_argument(
+        "--engine", action="append", default=[], metavar="KEY=VALUE", help="an `engine:` setting (YAML value)"
+    )
     args = parser.parse_args()
+    extra = {k: yaml.safe_load(v) for k, _, v in (item.partition("=") for item in args.engine)}
     requests = args.requests or max(4, 2 * args.concurrency)
     if args.where == "process":
-        asyncio.run(drive(args.concurrency, requests, args.threads, args.flash_attn))
+        asyncio.run(drive(args.concurrency, requests, args.threads, extra))
         return
     import ray
 
@@ -159,13 +168,11 @@ def main() -> None:
         if args.where == "actor":
             actor = ray.remote(_InActor).options(num_cpus=0).remote()
             print(
-                ray.get(actor.drive.remote(args.concurrency, requests, args.threads, args.flash_attn)),
+                ray.get(actor.drive.remote(args.concurrency, requests, args.threads, extra)),
                 "(inside a Ray actor)",
             )
         else:
-            asyncio.run(
-                stream(args.concurrency, requests, args.threads, args.stream_interval_ms, args.flash_attn)
-            )
+            asyncio.run(stream(args.concurrency, requests, args.threads, args.stream_interval_ms, extra))
     finally:
         ray.shutdown()
 

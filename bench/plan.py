@@ -9,17 +9,15 @@ Targets (the ladder, plus the peer and the ceiling):
            embedding models), so no other target's replicas share the cores: what a user of
            `make serve` gets (one chat replica with a thread per core, 8 sequences per decode, a
            stream's tokens sent at most every 50 ms, stretched with the streams up to 250 ms)
-    serve-flash  the same gateway, its chat model updated to `engine: {flash_attn: true}`
-           (llama-server's default; faster, but greedy output then depends on what the prompt
-           cache held, so it is not make serve's)
+    serve-fa-off  the same gateway, its chat model updated to `engine: {flash_attn: false}`
+           (the attention kernels of llama-server-fa-off, and an F16 V cache)
     serve-2x1  the same gateway, its chat model updated to the previous default: 2 replicas x 1
            thread x 4 sequences per decode, every token its own Ray item
            (the three shapes take turns in the rounds: an admin update before each run)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
-    llama-server-fa-off  the same with `--flash-attn off`: the attention kernels Raygate's
-           engines run by default
+    llama-server-fa-off  the same with `--flash-attn off`: serve-fa-off's attention kernels
     bare   a bare uvicorn streaming app, one socket write per frame (bench/bare_app.py)
     bare-joined  the same app writing all frames at once: the ceiling for "gateway alone"
 
@@ -36,8 +34,8 @@ from protocol.generation import SamplingParams
 OUTPUT_TOKENS = 128
 LLAMA_SERVER_SLOTS = 8
 # The llama-server targets and their flags on top of the common command (bench/run.py): as it
-# starts (flash attention `auto`, on for a CPU), and with the attention kernels Raygate's engines
-# run by default.
+# starts (flash attention `auto`, on for a CPU, as in Raygate's engines), and without it (as
+# serve-fa-off).
 LLAMA_SERVERS: dict[str, tuple[str, ...]] = {
     "llama-server": (),
     "llama-server-fa-off": ("--flash-attn", "off"),
@@ -51,7 +49,7 @@ MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
 SOLO_TARGETS: dict[str, dict[str, object]] = {
     "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
     # `engine:` changes are merged into the chat model's own (bench/run.py `variant_spec`).
-    "serve-flash": {"engine": {"flash_attn": True}},
+    "serve-fa-off": {"engine": {"flash_attn": False}},
     "serve-2x1": {
         "replicas": 2,
         "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
@@ -150,7 +148,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-flash", "serve-2x1", "llama-server", "llama-server-fa-off"),
+        ("serve", "serve-fa-off", "serve-2x1", "llama-server", "llama-server-fa-off"),
         (1, 8),
         rounds=3,
         requests_per_stream=2,

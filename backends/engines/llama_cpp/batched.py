@@ -110,7 +110,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
     def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
         super().__init__()
-        kwargs, cache = llama_kwargs(engine_kwargs)
+        kwargs, cache = llama_kwargs(engine_kwargs, generation=True)
         self._prompt_cache = cache.enabled
         self._store = PromptStore(cache.ram_bytes)
         self._n_seq = int(kwargs.pop("n_seq_max"))

@@ -61,7 +61,7 @@ class LlamaCppEngine(LlamaModelEngine):
         self._model_path = model_path
         self._embedding = embedding or rank
         self._rank = rank
-        kwargs, cache = llama_kwargs(engine_kwargs)
+        kwargs, cache = llama_kwargs(engine_kwargs, generation=not self._embedding)
         if cache.ram_mib is not None:
             raise ValueError("engine.prompt_cache_ram_mib needs n_seq_max > 1 (the batched engine's slots)")
         self._prompt_cache = cache.enabled

@@ -1,0 +1,40 @@
+"""`engine:` settings → `Llama(...)` arguments: the generation defaults (flash attention with a
+Q8_0 V cache, which keeps the prompt cache's greedy guarantee: tests/test_prompt_cache.py) and
+KV-cache types by llama-server's names."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.engines.llama_cpp.model import llama_kwargs
+
+
+def test_generation_gets_flash_attention_with_a_q8_0_v_cache() -> None:
+    kwargs, _ = llama_kwargs({}, generation=True)
+    assert kwargs["flash_attn"] is True
+    assert kwargs["type_v"] == 8  # GGML_TYPE_Q8_0
+    assert "type_k" not in kwargs  # K stays llama.cpp's F16
+
+
+def test_embeddings_keep_llama_cpp_defaults() -> None:
+    kwargs, _ = llama_kwargs({"n_ctx": 512}, generation=False)
+    assert "flash_attn" not in kwargs and "type_v" not in kwargs
+
+
+def test_without_flash_attention_the_v_cache_stays_f16() -> None:
+    # llama.cpp refuses a quantized V cache without flash attention
+    kwargs, _ = llama_kwargs({"flash_attn": False}, generation=True)
+    assert kwargs["flash_attn"] is False
+    assert "type_v" not in kwargs
+
+
+@pytest.mark.parametrize(("given", "number"), [("f16", 1), ("Q8_0", 8), ("bf16", 30), (1, 1)])
+def test_kv_cache_types_by_name_or_number(given: str | int, number: int) -> None:
+    kwargs, _ = llama_kwargs({"type_v": given, "type_k": given}, generation=True)
+    assert kwargs["type_v"] == kwargs["type_k"] == number
+
+
+@pytest.mark.parametrize("bad", ["q9_0", 99, True, None, 8.0])
+def test_an_unknown_kv_cache_type_names_the_key(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"engine\.type_k must be one of f32, f16"):
+        llama_kwargs({"type_k": bad}, generation=True)
