@@ -31,11 +31,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from backends.engines.factory import make_engine
 from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from bench import plan
+from client.commands import key_values
 from protocol.config import ModelConfig, ModelSource
 from protocol.generation import GenerateRequest, SamplingParams
 
@@ -154,7 +153,7 @@ def main() -> None:
         "--engine", action="append", default=[], metavar="KEY=VALUE", help="an `engine:` setting (YAML value)"
     )
     args = parser.parse_args()
-    extra = {k: yaml.safe_load(v) for k, _, v in (item.partition("=") for item in args.engine)}
+    extra = key_values(args.engine, "--engine")
     requests = args.requests or max(4, 2 * args.concurrency)
     if args.where == "process":
         asyncio.run(drive(args.concurrency, requests, args.threads, extra))

@@ -147,7 +147,7 @@ def _call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
     return r.json()
 
 
-def _kv(items: list[str], what: str) -> dict[str, Any]:
+def key_values(items: list[str], what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -183,9 +183,9 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     }
     spec.update({k: v for k, v in options.items() if v is not None})
     if args.resource:
-        spec["resources"] = {k: float(v) for k, v in _kv(args.resource, "--resource").items()}
+        spec["resources"] = {k: float(v) for k, v in key_values(args.resource, "--resource").items()}
     if args.engine:
-        spec["engine"] = {**spec.get("engine", {}), **_kv(args.engine, "--engine")}
+        spec["engine"] = {**spec.get("engine", {}), **key_values(args.engine, "--engine")}
     if not spec.get("name"):
         raise ClientError("give the model a name (NAME, or `name:` in --spec)")
     return spec
