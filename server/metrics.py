@@ -165,8 +165,9 @@ class GatewayMetrics:
             registry=r,
         )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)
-        # The llama.cpp engines' prompt cache, summed over the model's ready replicas at scrape time.
-        self.prompt_cache = {
+        # The llama.cpp engines' prompt cache and forward passes, summed over the model's ready
+        # replicas at scrape time.
+        self.engine_counters = {
             field: Counter(f"{PREFIX}{field}", help_, registry=r)
             for field, help_ in (
                 ("prompt_cache_hits_total", "Requests whose prompt reused a cached prefix."),
@@ -175,6 +176,16 @@ class GatewayMetrics:
                 (
                     "prompt_cache_restored_total",
                     "Requests whose cached prefix came back from host memory (an evicted slot's state).",
+                ),
+                ("forward_passes_total", "llama.cpp forward passes (llama_decode calls)."),
+                (
+                    "forward_tokens_total",
+                    "Tokens the llama.cpp forward passes evaluated (prompts and outputs).",
+                ),
+                (
+                    "forward_seconds_total",
+                    "Seconds inside llama.cpp forward passes; per pass, against wall time, the compute "
+                    "share of serving.",
                 ),
             )
         }
@@ -208,7 +219,7 @@ class GatewayMetrics:
                 continue
             stats = [s for s in done if isinstance(s, EngineStats)]
             labels = {"model_name": router.config.name}
-            for field, counter in self.prompt_cache.items():
+            for field, counter in self.engine_counters.items():
                 counter.set(labels, sum(getattr(s, field) for s in stats))
 
     def render(self, accept: list[str]) -> tuple[bytes, dict[str, str]]:

@@ -47,6 +47,10 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     # Prefixes restored from host memory (an evicted slot's state): counted per model, never negative.
     restored = metric(after, "raygate:prompt_cache_restored_total", **labels)
     assert restored is not None and restored >= 0
+    # The forward passes that answered it, and the time inside them.
+    passes = grew("raygate:forward_passes_total")
+    assert grew("raygate:forward_tokens_total") >= passes >= 1
+    assert grew("raygate:forward_seconds_total") > 0
     # vLLM's bucket layout, rendered as a Prometheus histogram.
     assert metric(after, "raygate:time_to_first_token_seconds_bucket", **labels, le="+Inf") is not None
 

@@ -149,6 +149,26 @@ async def test_the_next_turn_evaluates_only_what_is_new(engines: tuple[Engine, E
     assert hits + misses == len(turns) and hits == sum(bool(d.cached_tokens) for _, d in turns)
 
 
+async def test_forward_passes_count_what_was_evaluated(engines: tuple[Engine, Engine]) -> None:
+    """The forward-pass counters (`raygate:forward_*` metrics) carry exactly what a request
+    evaluated: its prompt past the cached prefix, then each sampled token but the last."""
+    on, _ = engines
+    before = on.stats()
+    sampling = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    last = None
+    async for delta in on.generate(
+        GenerateRequest("f", sampling, messages=[ChatMessage("user", "Name a river.")])
+    ):
+        last = delta
+    after = on.stats()
+    assert last is not None and last.finish_reason == "length" and last.completion_tokens == 6
+    fed = last.prompt_tokens - (last.cached_tokens or 0) + last.completion_tokens - 1
+    assert after.forward_tokens_total - before.forward_tokens_total == fed
+    # One pass for the prompt (shorter than a batch), then one per token fed back.
+    assert after.forward_passes_total - before.forward_passes_total == last.completion_tokens
+    assert after.forward_seconds_total > before.forward_seconds_total
+
+
 async def test_a_continued_conversation_reuses_its_turn(engines: tuple[Engine, Engine]) -> None:
     engine, _ = engines
     talk = Conversation(SYSTEMS["a"])

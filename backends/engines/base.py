@@ -103,6 +103,12 @@ class EngineStats:
     prompt_cache_reused_tokens_total: int = 0
     # Prompts whose prefix came back from host memory (a slot's state stored when it was evicted).
     prompt_cache_restored_total: int = 0
+    # The llama.cpp engines' forward passes (`llama_decode`): how many, the tokens they carried and
+    # the wall time inside them. Against the replica's wall time this splits serving from compute
+    # under real load (a pass of 8 sequences slows when other work preempts its threads).
+    forward_passes_total: int = 0
+    forward_tokens_total: int = 0
+    forward_seconds_total: float = 0.0
     # Engine request ids in flight: the gateway prefixes them with the HTTP X-Request-Id.
     running_ids: tuple[str, ...] = ()
 
@@ -113,6 +119,12 @@ class EngineStats:
             self.prompt_cache_reused_tokens_total += reused
         else:
             self.prompt_cache_misses_total += 1
+
+    def count_forward(self, passes: int, tokens: int, seconds: float) -> None:
+        """`passes` forward passes over `tokens` tokens just took `seconds`."""
+        self.forward_passes_total += passes
+        self.forward_tokens_total += tokens
+        self.forward_seconds_total += seconds
 
 
 @dataclass(eq=False, slots=True)

@@ -364,7 +364,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return outputs, scored
 
     def _decode_batch(self, batch: Any) -> None:
+        start = time.perf_counter()
         rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
+        self._stats.count_forward(1, batch.batch.n_tokens, time.perf_counter() - start)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 

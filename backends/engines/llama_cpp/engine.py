@@ -16,6 +16,7 @@ with the batched engine; what each sampled token goes through is `sequence.Seque
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -137,10 +138,12 @@ class LlamaCppEngine(LlamaModelEngine):
         seq = SequenceOutput(llm, request, len(job.prompt), job.budget, feed.put, self._stats)
         if sampling.prompt_logprobs is not None:
             seq.builder.prompt_logprobs = logprobs.eval_prompt_with_logprobs(
-                llm, job.prompt, sampling.prompt_logprobs
+                llm, job.prompt, sampling.prompt_logprobs, self._stats
             )
         else:
+            began = time.perf_counter()
             reused = prefix_reuse.prefill(llm, job.prompt, self._reevaluated, reuse=self._prompt_cache)
+            self._count_forward(llm, len(job.prompt) - reused, began)
             seq.builder.cached_tokens = reused
             self._stats.count_prompt_cache(reused)
         ctx = llm._ctx.ctx
@@ -148,8 +151,15 @@ class LlamaCppEngine(LlamaModelEngine):
             token = job.sampler.sample(ctx)
             if seq.push(token, ctx, -1):
                 return
+            began = time.perf_counter()
             llm.eval([token])
+            self._count_forward(llm, 1, began)
         seq.finish("abort")
+
+    def _count_forward(self, llm: Any, tokens: int, began: float) -> None:
+        """`Llama.eval` of `tokens` tokens, begun at `began`, decoded them `n_batch` at a time."""
+        if tokens > 0:
+            self._stats.count_forward(-(-tokens // llm.n_batch), tokens, time.perf_counter() - began)
 
     # -- embeddings ---------------------------------------------------------------------------
 

@@ -7,11 +7,13 @@ and temperature), as vLLM reports them by default.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
+from backends.engines.base import EngineStats
 from protocol.generation import TokenLogprob, TopLogprob
 
 
@@ -65,7 +67,9 @@ def score_prompt_chunk(
     ]
 
 
-def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[TokenLogprob]:
+def eval_prompt_with_logprobs(
+    llm: Any, tokens: list[int], top: int, stats: EngineStats
+) -> list[TokenLogprob]:
     """Evaluate the whole prompt keeping every position's logits (llama-cpp-python keeps only the
     last unless the model was loaded with `logits_all`), and score each prompt token.
 
@@ -78,7 +82,9 @@ def eval_prompt_with_logprobs(llm: Any, tokens: list[int], top: int) -> list[Tok
     for start in range(0, len(tokens), llm.n_batch):
         chunk = tokens[start : start + llm.n_batch]
         llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
+        began = time.perf_counter()
         llm._ctx.decode(llm._batch)
+        stats.count_forward(1, len(chunk), time.perf_counter() - began)
         llm.input_ids[n_past : n_past + len(chunk)] = chunk
         scored += score_prompt_chunk(llm, llm._ctx.ctx, tokens, n_past, 0, len(chunk), top)
         n_past += len(chunk)
