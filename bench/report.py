@@ -266,14 +266,25 @@ def markdown_targets(rows: list[TargetRow]) -> str:
     return "\n".join(lines)
 
 
+def _per_pass(forward: dict[str, float]) -> str:
+    """bench/forward.py's split of a decode step: time inside llama.cpp (Raygate's counters) and
+    wall time, per forward pass."""
+    if not forward:
+        return ""
+    compute = forward.get("compute_ms_per_pass")
+    wall = f"{forward['wall_ms_per_pass']:.1f}"
+    return wall if compute is None else f"{compute:.1f} / {wall}"
+
+
 def markdown_runs(record: dict[str, Any]) -> str:
     """Every (scenario, target, concurrency) cell: the numbers behind the targets."""
     lines = [
         (
             "| scenario | target | c | ok/sent | tok/s | req/s | TTFT p50 / p90 / p99 ms "
-            "| ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures | load |"
+            "| ITL p50 / p99 ms | TPOT p50 ms | E2E p50 ms | failures | load "
+            "| ms per pass: llama.cpp / wall |"
         ),
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, scenario in record.get("scenarios", {}).items():
         for run in sorted(scenario["runs"], key=lambda r: (r["concurrency"], r["target"])):
@@ -284,6 +295,6 @@ def markdown_runs(record: dict[str, Any]) -> str:
                 f"| {s['output_throughput']:,.1f} | {s['request_throughput']:.2f} "
                 f"| {t['p50']:.1f} / {t['p90']:.1f} / {t['p99']:.1f} | {i['p50']:.2f} / {i['p99']:.2f} "
                 f"| {s['tpot_ms']['p50']:.2f} | {s['e2e_ms']['p50']:.0f} | {s['failures'] or ''} "
-                f"| {run.get('loadavg', float('nan')):.1f} |"
+                f"| {run.get('loadavg', float('nan')):.1f} | {_per_pass(run.get('forward', {}))} |"
             )
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import yaml
 
 from backends.engines.base import Engine
 from backends.engines.model_files import resolve_model_file
-from bench import llama_server, plan, rerank, servers
+from bench import forward, llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
@@ -44,6 +44,12 @@ class Targets:
     log_dir: Path = Path(".")
     serving: str | None = None  # the SOLO_TARGETS shape the `serve` gateway has now
     rss: dict[str, dict[str, Any]] = field(default_factory=dict)  # per target, see run_scenario
+    # Forward passes per (target, concurrency) over its runs, where the server counts them.
+    forward: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+
+    def counts_passes(self, target: str) -> bool:
+        """`make serve`'s shapes (the chat model's `raygate:forward_*`) and the llama-servers."""
+        return target in plan.SOLO_TARGETS or target in plan.LLAMA_SERVERS
 
     def factory(self, target: str, workload: str) -> WorkerFactory:
         if target == "L0":
@@ -89,6 +95,7 @@ def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
         "127.0.0.1",
         "--port",
         servers.PORT,
+        "--metrics",  # llamacpp:n_decode_total: bench/forward.py
     ]
 
 
@@ -249,6 +256,11 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
             "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
             "summary": summarize(res, wall).to_dict(),
             **targets.rss.get(t, {}),
+            **(
+                {"forward": forward.summary(targets.forward[(t, c)], wall)}
+                if (t, c) in targets.forward
+                else {}
+            ),
         }
         for (t, c), (res, wall) in collected.items()
     ]
@@ -268,12 +280,18 @@ async def _run_levels(
                 if target in plan.SOLO_TARGETS:
                     await use_variant(target, targets)
                     await warm_up(replace(scenario, targets=(target,)), targets)
+                url = targets.urls.get(target, "")
+                passes = bool(url) and targets.counts_passes(target)
+                before = await forward.read(url, plan.LLAMA_MODEL) if passes else {}
                 results, wall = await run_closed_loop(
                     targets.factory(target, scenario.workload),
                     concurrency=level,
                     requests=_requests(scenario, level),
                     max_seconds=scenario.max_seconds,
                 )
+                if passes:
+                    after = await forward.read(url, plan.LLAMA_MODEL)
+                    forward.add(targets.forward.setdefault((target, level), {}), before, after)
                 done, total = collected.get((target, level), ([], 0.0))
                 collected[(target, level)] = (done + results, total + wall)
                 loads.setdefault((target, level), []).append(os.getloadavg()[0])

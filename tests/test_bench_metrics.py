@@ -7,16 +7,20 @@ Speed is never asserted here: the smoke run only checks that the client measures
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import openai
 import pytest
 
 from bench import servers
 from bench.client import Workload, run_http
 from bench.metrics import RequestResult, percentile, summarize
 from bench.report import slope_per_1000
+from tests.conftest import CHAT_MODEL
+from tests.support.gateway import GatewayProcess
 
 SYNTHETIC_CONFIG = Path(__file__).parent / "configs" / "synthetic.yaml"
 
@@ -162,3 +166,27 @@ def test_a_picked_port_is_free_and_below_the_ephemeral_range() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
     assert len(ports) > 1  # picked at random, so servers started together do not meet
+
+
+def test_forward_passes_are_read_off_a_real_gateway(gateway: GatewayProcess, client: openai.OpenAI) -> None:
+    """bench/forward.py's split of a decode step comes from the gateway's own counters for the chat
+    model (and llama-server's `llamacpp:n_decode_total` line)."""
+    import httpx
+
+    from bench import forward
+
+    before = forward.parse(httpx.get(f"{gateway.url}/metrics").text, CHAT_MODEL)
+    began = time.perf_counter()
+    client.chat.completions.create(
+        model=CHAT_MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4
+    )
+    wall = time.perf_counter() - began  # the passes ran within the request
+    after = forward.parse(httpx.get(f"{gateway.url}/metrics").text, CHAT_MODEL)
+    totals: dict[str, float] = {}
+    forward.add(totals, before, after)
+    assert totals["tokens"] >= totals["passes"] >= 1 and totals["seconds"] > 0
+    split = forward.summary(totals, wall_s=wall)
+    assert 0 < split["compute_ms_per_pass"] <= split["wall_ms_per_pass"]
+    assert forward.parse(
+        "# TYPE llamacpp:n_decode_total counter\nllamacpp:n_decode_total 12\n", CHAT_MODEL
+    ) == {"passes": 12.0}
