@@ -44,8 +44,8 @@ class Targets:
     log_dir: Path = Path(".")
     serving: str | None = None  # the SOLO_TARGETS shape the `serve` gateway has now
     rss: dict[str, dict[str, Any]] = field(default_factory=dict)  # per target, see run_scenario
-    # Forward passes per (target, concurrency) over its runs, where the server counts them.
-    forward: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    # Forward passes per (scenario, target, concurrency) over its runs, where the server counts them.
+    forward: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
 
     def counts_passes(self, target: str) -> bool:
         """`make serve`'s shapes (the chat model's `raygate:forward_*`) and the llama-servers."""
@@ -249,6 +249,7 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
     if "llama-server" in shared:
         pid = targets.procs["llama-server"].proc.pid
         targets.rss["llama-server"] = {"rss_after_runs_mb": servers.rss_mb(pid)}
+    passes = {(t, c): v for (name, t, c), v in targets.forward.items() if name == scenario.name}
     return [
         {
             "target": t,
@@ -256,11 +257,7 @@ async def run_scenario(scenario: plan.Scenario, targets: Targets) -> list[dict[s
             "loadavg": sum(loads[(t, c)]) / len(loads[(t, c)]),
             "summary": summarize(res, wall).to_dict(),
             **targets.rss.get(t, {}),
-            **(
-                {"forward": forward.summary(targets.forward[(t, c)], wall)}
-                if (t, c) in targets.forward
-                else {}
-            ),
+            **({"forward": forward.summary(passes[(t, c)], wall)} if (t, c) in passes else {}),
         }
         for (t, c), (res, wall) in collected.items()
     ]
@@ -291,7 +288,7 @@ async def _run_levels(
                 )
                 if passes:
                     after = await forward.read(url, plan.LLAMA_MODEL)
-                    forward.add(targets.forward.setdefault((target, level), {}), before, after)
+                    forward.add(targets.forward.setdefault((scenario.name, target, level), {}), before, after)
                 done, total = collected.get((target, level), ([], 0.0))
                 collected[(target, level)] = (done + results, total + wall)
                 loads.setdefault((target, level), []).append(os.getloadavg()[0])
