@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import httpx
 
+from bench.prometheus import metric
+
 RAYGATE = {
-    "forward_passes_total": "passes",
-    "forward_tokens_total": "tokens",
-    "forward_seconds_total": "seconds",
+    "passes": "raygate:forward_passes_total",
+    "tokens": "raygate:forward_tokens_total",
+    "seconds": "raygate:forward_seconds_total",
 }
-LLAMA_SERVER = {"llamacpp:n_decode_total": "passes"}
+LLAMA_SERVER_PASSES = "llamacpp:n_decode_total"
 
 
 def parse(text: str, model: str) -> dict[str, float]:
     """The counters in a `/metrics` text: Raygate's for `model`, or llama-server's."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in LLAMA_SERVER:
-            out[LLAMA_SERVER[name]] = float(line.rsplit(" ", 1)[1])
-        elif name.startswith("raygate:") and f'model_name="{model}"' in line:
-            key = RAYGATE.get(name.removeprefix("raygate:"))
-            if key is not None:
-                out[key] = float(line.rsplit(" ", 1)[1])
-    return out
+    found = {key: metric(text, name, model_name=model) for key, name in RAYGATE.items()}
+    if found["passes"] is None:
+        found["passes"] = metric(text, LLAMA_SERVER_PASSES)
+    return {key: value for key, value in found.items() if value is not None}
 
 
 async def read(url: str, model: str) -> dict[str, float]:

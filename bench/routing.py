@@ -37,6 +37,7 @@ import openai
 
 from bench import servers
 from bench.metrics import percentile
+from bench.prometheus import metric
 from server.settings import DEFAULT_CONFIG, load_config
 
 MODEL = "chat"
@@ -211,12 +212,12 @@ async def _set_policy(http: httpx.AsyncClient, policy: str, engine: dict[str, An
 
 
 async def _affinity(http: httpx.AsyncClient) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    for line in (await http.get("/metrics")).text.splitlines():
-        if line.startswith("raygate:routing_affinity_total{") and f'model_name="{MODEL}"' in line:
-            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
-            counts[outcome] = float(line.rsplit(" ", 1)[1])
-    return counts
+    text = (await http.get("/metrics")).text
+    counts = {
+        outcome: metric(text, "raygate:routing_affinity_total", model_name=MODEL, outcome=outcome)
+        for outcome in ("hit", "fallback", "miss")
+    }
+    return {outcome: value for outcome, value in counts.items() if value is not None}
 
 
 async def cold_starts(url: str, http: httpx.AsyncClient) -> dict[str, float]:

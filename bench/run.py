@@ -278,15 +278,15 @@ async def _run_levels(
                     await use_variant(target, targets)
                     await warm_up(replace(scenario, targets=(target,)), targets)
                 url = targets.urls.get(target, "")
-                passes = bool(url) and targets.counts_passes(target)
-                before = await forward.read(url, plan.LLAMA_MODEL) if passes else {}
+                counted = bool(url) and targets.counts_passes(target)
+                before = await forward.read(url, plan.LLAMA_MODEL) if counted else {}
                 results, wall = await run_closed_loop(
                     targets.factory(target, scenario.workload),
                     concurrency=level,
                     requests=_requests(scenario, level),
                     max_seconds=scenario.max_seconds,
                 )
-                if passes:
+                if counted:
                     after = await forward.read(url, plan.LLAMA_MODEL)
                     forward.add(targets.forward.setdefault((scenario.name, target, level), {}), before, after)
                 done, total = collected.get((target, level), ([], 0.0))

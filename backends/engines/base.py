@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -120,11 +121,14 @@ class EngineStats:
         else:
             self.prompt_cache_misses_total += 1
 
-    def count_forward(self, passes: int, tokens: int, seconds: float) -> None:
-        """`passes` forward passes over `tokens` tokens just took `seconds`."""
+    @contextlib.contextmanager
+    def forward(self, tokens: int, passes: int = 1) -> Iterator[None]:
+        """Count the block as `passes` forward passes over `tokens` tokens, with its time."""
+        began = time.perf_counter()
+        yield
         self.forward_passes_total += passes
         self.forward_tokens_total += tokens
-        self.forward_seconds_total += seconds
+        self.forward_seconds_total += time.perf_counter() - began
 
 
 @dataclass(eq=False, slots=True)

@@ -4,13 +4,13 @@ registered as a plugin from tests/conftest.py."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
+from bench.prometheus import metric as metric  # the tests read /metrics through it
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 
 OPS_CONFIG = REPO / "tests" / "configs" / "ops.yaml"
@@ -63,21 +63,6 @@ def admin(ops_gateway: GatewayProcess) -> Iterator[httpx.Client]:
         base_url=ops_gateway.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
     ) as c:
         yield c
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of the sample `name{labels...}` (extra labels on the sample are fine); None if absent."""
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or m.group(1) != name:
-            continue
-        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(m.group(3))
-    return None
 
 
 def scrape(url: str) -> str:

@@ -364,9 +364,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return outputs, scored
 
     def _decode_batch(self, batch: Any) -> None:
-        start = time.perf_counter()
-        rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
-        self._stats.count_forward(1, batch.batch.n_tokens, time.perf_counter() - start)
+        with self._stats.forward(batch.batch.n_tokens):
+            rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 

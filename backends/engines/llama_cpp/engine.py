@@ -16,7 +16,6 @@ with the batched engine; what each sampled token goes through is `sequence.Seque
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -141,9 +140,9 @@ class LlamaCppEngine(LlamaModelEngine):
                 llm, job.prompt, sampling.prompt_logprobs, self._stats
             )
         else:
-            began = time.perf_counter()
-            reused = prefix_reuse.prefill(llm, job.prompt, self._reevaluated, reuse=self._prompt_cache)
-            self._count_forward(llm, len(job.prompt) - reused, began)
+            reused = prefix_reuse.prefill(
+                llm, job.prompt, self._reevaluated, self._stats, reuse=self._prompt_cache
+            )
             seq.builder.cached_tokens = reused
             self._stats.count_prompt_cache(reused)
         ctx = llm._ctx.ctx
@@ -151,15 +150,9 @@ class LlamaCppEngine(LlamaModelEngine):
             token = job.sampler.sample(ctx)
             if seq.push(token, ctx, -1):
                 return
-            began = time.perf_counter()
-            llm.eval([token])
-            self._count_forward(llm, 1, began)
+            with self._stats.forward(1):
+                llm.eval([token])
         seq.finish("abort")
-
-    def _count_forward(self, llm: Any, tokens: int, began: float) -> None:
-        """`Llama.eval` of `tokens` tokens, begun at `began`, decoded them `n_batch` at a time."""
-        if tokens > 0:
-            self._stats.count_forward(-(-tokens // llm.n_batch), tokens, time.perf_counter() - began)
 
     # -- embeddings ---------------------------------------------------------------------------
 

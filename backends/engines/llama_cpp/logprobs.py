@@ -7,7 +7,6 @@ and temperature), as vLLM reports them by default.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import llama_cpp
@@ -82,9 +81,8 @@ def eval_prompt_with_logprobs(
     for start in range(0, len(tokens), llm.n_batch):
         chunk = tokens[start : start + llm.n_batch]
         llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
-        began = time.perf_counter()
-        llm._ctx.decode(llm._batch)
-        stats.count_forward(1, len(chunk), time.perf_counter() - began)
+        with stats.forward(len(chunk)):
+            llm._ctx.decode(llm._batch)
         llm.input_ids[n_past : n_past + len(chunk)] = chunk
         scored += score_prompt_chunk(llm, llm._ctx.ctx, tokens, n_past, 0, len(chunk), top)
         n_past += len(chunk)

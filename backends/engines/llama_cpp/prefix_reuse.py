@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.engines.base import EngineStats
+
 # Prompt tokens evaluated again when the KV cache holds the whole prompt, unless the model passes
 # `reevaluated_tokens`' check (then one, as llama-server does).
 REEVALUATED = 2
@@ -66,10 +68,11 @@ def _empty(llm: Any) -> None:
     llm._ctx.kv_cache_seq_rm(-1, 0, -1)
 
 
-def prefill(llm: Any, tokens: list[int], reevaluated: int, reuse: bool = True) -> int:
+def prefill(llm: Any, tokens: list[int], reevaluated: int, stats: EngineStats, reuse: bool = True) -> int:
     """Evaluate the prompt, reusing the KV cache of the longest prefix shared with the previous
     request (as `Llama.generate` does) unless `reuse` is off; at least `reevaluated` tokens
-    (`reevaluated_tokens`) are evaluated again. Returns how many prompt tokens came from the cache."""
+    (`reevaluated_tokens`) are evaluated again, `Llama.eval`'s `n_batch` at a time (counted in
+    `stats`). Returns how many prompt tokens came from the cache."""
     cached = llm.input_ids[: llm.n_tokens] if reuse else []
     shared = 0
     for a, b in zip(cached, tokens, strict=False):
@@ -82,5 +85,7 @@ def prefill(llm: Any, tokens: list[int], reevaluated: int, reuse: bool = True) -
     else:
         llm.reset()
     reused: int = llm.n_tokens
-    llm.eval(tokens[reused:])
+    todo = len(tokens) - reused
+    with stats.forward(todo, passes=-(-todo // llm.n_batch)):
+        llm.eval(tokens[reused:])
     return reused
