@@ -59,7 +59,7 @@ class DeploymentStatus(ResponseModel):
     desired: int
     restarts: int = Field(description="Replicas replaced since the last deploy, scale or update.")
     updating: bool = Field(False, description="A rolling update to a new spec is in progress.")
-    routing: str = Field("least_loaded", description="The replica choice policy (`spec.routing.policy`).")
+    routing: str = Field("prefix_affinity", description="The replica choice policy (`spec.routing.policy`).")
     autoscaled: bool = Field(False, description="`desired` follows load (`spec.autoscaling`).")
     ongoing: float = Field(0.0, description="Ongoing requests all gateways reported last (autoscaled only).")
     scaling_events: list[ScalingEvent] = Field(

@@ -32,9 +32,11 @@ def prompt_text(request: GenerateRequest) -> str:
 
 
 def prefix_keys(text: str, block_chars: int, max_blocks: int) -> list[bytes]:
-    """Chained hashes of the text's whole blocks (a trailing partial block is not a reusable prefix
-    yet, except when the text is shorter than one block)."""
-    blocks = min(len(text) // block_chars, max_blocks) or (1 if text else 0)
+    """Chained hashes of the text's whole blocks. A trailing partial block is not a reusable prefix
+    yet, and a text shorter than one block has none: re-reading it costs a replica little, and
+    pinning such prompts to one replica (the same short request sent many times at once) would
+    only pile them up there."""
+    blocks = min(len(text) // block_chars, max_blocks)
     keys: list[bytes] = []
     digest = b""
     for i in range(blocks):

@@ -89,8 +89,8 @@ class Replica:
 
 
 class ModelRouter:
-    """Routes one model's requests to its least-loaded ready replica, retrying on another when one fails
-    before the first token (module docstring)."""
+    """Routes one model's requests to a ready replica by its `routing` policy, retrying on another when
+    one fails before the first token (module docstring)."""
 
     def __init__(self, config: ModelConfig, replicas: list[Replica]) -> None:
         self.config = config
@@ -194,6 +194,8 @@ class ModelRouter:
         routing = self.config.routing
         if routing.policy != "prefix_affinity":
             return None
+        if len(self.replicas) <= 1 and self.config.autoscaling is None:
+            return None  # one fixed replica holds every prefix: nothing to choose or remember
         return prefix_keys(prompt_text(request), routing.block_chars, routing.max_blocks)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:

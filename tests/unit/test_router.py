@@ -411,6 +411,17 @@ def test_affinity_sends_a_known_prefix_back_within_the_imbalance_bound() -> None
     assert other.id != first.id and r.affinity.fallback == 1
 
 
+def test_affinity_is_the_default_and_skips_a_lone_fixed_replica() -> None:
+    assert CONFIG.routing.policy == "prefix_affinity"
+    one = ModelRouter(CONFIG, [Replica(actor=FakeActor("a"), id="a")])
+    assert one._keys(chat("q")) is None  # nothing to choose between, nothing worth remembering
+    two = ModelRouter(CONFIG, [Replica(actor=a, id=a.name) for a in (FakeActor("a"), FakeActor("b"))])
+    assert two._keys(chat("q"))
+    # An autoscaled model may grow: its prefixes are remembered from the first request.
+    scaled = CONFIG.model_copy(update={"autoscaling": AutoscalingConfig(min_replicas=0, max_replicas=2)})
+    assert ModelRouter(scaled, [])._keys(chat("q"))
+
+
 def test_least_loaded_policy_computes_no_prefix() -> None:
     routing = CONFIG.routing.model_copy(update={"policy": "least_loaded"})
     assert ModelRouter(CONFIG.model_copy(update={"routing": routing}), [])._keys(chat("q")) is None
