@@ -24,6 +24,7 @@ from pydantic import Field
 
 from protocol.base import ResponseModel, StrictModel
 from protocol.config import ModelConfig
+from protocol.policies import RoutingConfig
 
 ReplicaState = Literal["loading", "ready", "draining", "failed"]
 DeploymentState = Literal["loading", "ready", "degraded", "failed"]
@@ -59,7 +60,9 @@ class DeploymentStatus(ResponseModel):
     desired: int
     restarts: int = Field(description="Replicas replaced since the last deploy, scale or update.")
     updating: bool = Field(False, description="A rolling update to a new spec is in progress.")
-    routing: str = Field("prefix_affinity", description="The replica choice policy (`spec.routing.policy`).")
+    routing: str = Field(
+        RoutingConfig().policy, description="The replica choice policy (`spec.routing.policy`)."
+    )
     autoscaled: bool = Field(False, description="`desired` follows load (`spec.autoscaling`).")
     ongoing: float = Field(0.0, description="Ongoing requests all gateways reported last (autoscaled only).")
     scaling_events: list[ScalingEvent] = Field(
