@@ -177,6 +177,10 @@ class GatewayMetrics:
                     "prompt_cache_restored_total",
                     "Requests whose cached prefix came back from host memory (an evicted slot's state).",
                 ),
+                (
+                    "prompt_cache_logits_reused_total",
+                    "Requests whose whole prompt was cached with its last logits: first token without a decode.",
+                ),
                 ("forward_passes_total", "llama.cpp forward passes (llama_decode calls)."),
                 (
                     "forward_tokens_total",

@@ -238,15 +238,66 @@ def test_the_check_answers_for_any_prompt(kernels: str) -> None:
 @pytest.mark.parametrize("shape", ["one-sequence", "two-slots"])
 @pytest.mark.parametrize("kernels", list(KERNELS))
 async def test_a_repeated_prompt_evaluates_again_what_the_check_says(kernels: str, shape: str) -> None:
-    """Both engines: a repeated prompt takes all but the checked number of its tokens from the
-    cache, and greedy output stays the same with the cache on or off on either model."""
+    """A repeated prompt takes all but the checked number of its tokens from the cache in the
+    one-sequence engine; the batched engine kept its last logits and evaluates none of it. Greedy
+    output stays the same with the cache on or off on either model."""
     weights, settings, expected = KERNELS[kernels]
     source, engine = _source(weights), {**settings, **SHAPES[shape]}
     on, off = await _engine(source, **engine), await _engine(source, prompt_cache=False, **engine)
     assert [t for t, _ in await script(on)] == [t for t, _ in await script(off)]
     messages = [ChatMessage("user", "Name a color.")]
     first, _ = await answer(on, messages, max_tokens=8)
+    before = on.stats()
     again, last = await answer(on, messages, max_tokens=8)
     assert again == first
     assert last.prompt_tokens is not None
-    assert last.cached_tokens == last.prompt_tokens - expected
+    whole = isinstance(on, BatchedLlamaCppEngine)
+    assert last.cached_tokens == last.prompt_tokens - (0 if whole else expected)
+    reused = on.stats().prompt_cache_logits_reused_total - before.prompt_cache_logits_reused_total
+    assert reused == int(whole)
+
+
+# What else draws the first token: its logprobs, a seeded random draw, the token mask (min_tokens,
+# bad_words) and a grammar each read the logits, which for an exact repeat the cache kept.
+REPEATS = {
+    "logprobs": SamplingParams(max_tokens=6, temperature=0.0, logprobs=3),
+    "seeded": SamplingParams(max_tokens=12, temperature=0.9, seed=7),
+    "masked": SamplingParams(max_tokens=8, temperature=0.0, bad_words=["Paris"], min_tokens=4),
+    "schema": SamplingParams(
+        max_tokens=24,
+        temperature=0.0,
+        json_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+async def batched() -> tuple[Engine, Engine]:
+    return await _engine(**SHAPES["two-slots"]), await _engine(prompt_cache=False, **SHAPES["two-slots"])
+
+
+@pytest.mark.parametrize("case", list(REPEATS))
+async def test_a_repeat_drawn_from_kept_logits_samples_as_the_whole_prompt(
+    batched: tuple[Engine, Engine], case: str
+) -> None:
+    on, off = batched
+    sampling = REPEATS[case]
+    messages = [ChatMessage("user", "Which city is the capital of France?")]
+
+    async def run(engine: Engine) -> tuple[str, list[tuple[str, float | None]], Delta]:
+        text, scores, last = "", [], None
+        async for delta in engine.generate(GenerateRequest("r", sampling, messages=messages)):
+            text, last = text + delta.text, delta
+            scores += [(lp.token, lp.logprob) for lp in delta.logprobs or []]
+        assert last is not None
+        return text, scores, last
+
+    whole, _, _ = await run(off)
+    await run(on)
+    before = on.stats().prompt_cache_logits_reused_total
+    text, scores, last = await run(on)
+    assert on.stats().prompt_cache_logits_reused_total == before + 1
+    assert last.cached_tokens == last.prompt_tokens
+    assert text == whole
+    assert scores == (await run(off))[1]
+    assert bool(scores) == (sampling.logprobs is not None)

@@ -104,6 +104,9 @@ class EngineStats:
     prompt_cache_reused_tokens_total: int = 0
     # Prompts whose prefix came back from host memory (a slot's state stored when it was evicted).
     prompt_cache_restored_total: int = 0
+    # Prompts the cache held whole with their last position's logits (the batched engine): the
+    # first token was drawn from those, with no decode.
+    prompt_cache_logits_reused_total: int = 0
     # The llama.cpp engines' forward passes (`llama_decode`): how many, the tokens they carried and
     # the wall time inside them. Against the replica's wall time this splits serving from compute
     # under real load (a pass of 8 sequences slows when other work preempts its threads).

@@ -50,6 +50,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from backends.engines.base import loaded
 from backends.engines.llama_cpp import logprobs, prefix_reuse
 from backends.engines.llama_cpp import sampling as sampling_lib
@@ -97,6 +99,7 @@ class _Sequence:
     slot: int = -1
     fed: int = 0  # prompt tokens already in the KV cache
     next_token: int | None = None  # sampled, not yet fed back
+    first: bool = True  # nothing sampled yet: the next logits row is the prompt's last position
 
     @property
     def cancel(self) -> threading.Event:
@@ -123,6 +126,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._ctx: Any = None
         self._clock = itertools.count(1)
         self._reevaluated = prefix_reuse.REEVALUATED
+        # Per slot, the logits after its first n cached tokens, a prompt's last position: the
+        # same prompt again draws its first token from them, with no decode (`_admit`).
+        self._kept: dict[int, tuple[int, np.ndarray]] = {}
 
     async def start(self) -> None:
         import llama_cpp
@@ -195,6 +201,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             except Exception as exc:
                 for slot, seq in running.items():
                     cached[slot] = []
+                    self._kept.pop(slot, None)
                     self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
                     self._fail(seq, exc)
                 running.clear()
@@ -206,12 +213,17 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 if slot in running and self._step(running[slot], row):
                     del running[slot]
 
-    def _step(self, seq: _Sequence, row: int) -> bool:
-        """Sample this sequence's next token from its own row of the batch's logits. A failure
-        here (a grammar that allows nothing, say) ends this sequence only."""
+    def _step(self, seq: _Sequence, row: int, kept: np.ndarray | None = None) -> bool:
+        """Sample this sequence's next token from its own row of the batch's logits (or from
+        `kept`, its prompt's logits the cache kept). A failure here (a grammar that allows
+        nothing, say) ends this sequence only."""
         try:
-            token = seq.sampler.sample(self._ctx.ctx, row)
-            ended = seq.out.push(token, self._ctx.ctx, row)
+            if seq.first:
+                seq.first = False
+                if kept is None and self._prompt_cache and seq.prompt_top is None:
+                    self._keep_logits(seq.slot, len(seq.prompt), row)
+            token = seq.sampler.sample(self._ctx.ctx, row, kept)
+            ended = seq.out.push(token, self._ctx.ctx, row, kept)
         except Exception as exc:
             self._fail(seq, exc)
             return True
@@ -265,16 +277,26 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._store_slot(slot, cached[slot])
             if entry is not None and stored > shared + STORE_MIN_TOKENS:
                 shared = self._restore(slot, cached, entry, stored)
+            # The same prompt as the slot's last one: its first token comes from the logits
+            # kept then, and nothing is evaluated again.
+            kept = self._kept.get(slot) if reuse else None
+            whole = kept is not None and kept[0] == len(seq.prompt) <= shared
             # Never below 0: a prompt shorter than the tokens re-evaluated gave -1, fed nothing
             # that was sampled, and the sequence waited for ever.
-            keep = max(0, min(shared, len(seq.prompt) - self._reevaluated))
+            keep = len(seq.prompt) if whole else max(0, min(shared, len(seq.prompt) - self._reevaluated))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
+            if slot in self._kept and self._kept[slot][0] > keep:
+                del self._kept[slot]
             used[slot] = next(self._clock)
             seq.slot, seq.fed = slot, keep
             seq.out.builder.cached_tokens = keep
             if seq.prompt_top is None:
                 self._stats.count_prompt_cache(keep)
+            if whole and kept is not None:
+                self._stats.prompt_cache_logits_reused_total += 1
+                if self._step(seq, -1, kept[1]):
+                    continue  # ended at its first token (`max_tokens: 1`, end of generation)
             running[slot] = seq
 
     def _restore(self, slot: int, cached: list[list[int]], entry: StoredPrompt, shared: int) -> int:
@@ -292,8 +314,16 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             return 0
         self._store.take(entry)
         cached[slot] = list(entry.tokens)
+        self._kept.pop(slot, None)
         self._stats.prompt_cache_restored_total += 1
         return shared
+
+    def _keep_logits(self, slot: int, n: int, row: int) -> None:
+        """Copy batch index `row`'s logits, those after the slot's first `n` tokens (~200 KB
+        for a 49k vocabulary: a copy per request, a decode saved per exact repeat)."""
+        n_vocab = loaded(self._model).llm.n_vocab()
+        logits = np.ctypeslib.as_array(self._llama.llama_get_logits_ith(self._ctx.ctx, row), shape=(n_vocab,))
+        self._kept[slot] = (n, logits.copy())
 
     def _store_slot(self, slot: int, tokens: list[int]) -> None:
         """Copy the slot's KV cells to the host store (skipped when the store is off, too small,

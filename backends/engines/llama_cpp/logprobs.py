@@ -27,15 +27,21 @@ def _piece(llm: Any, token: int) -> tuple[str, bytes]:
     return raw.decode("utf-8", errors="replace"), raw
 
 
-def logprob_at(llm: Any, ctx: Any, row: int, token: int, top: int) -> TokenLogprob:
+def logprob_at(
+    llm: Any, ctx: Any, row: int, token: int, top: int, kept: np.ndarray | None = None
+) -> TokenLogprob:
     """`token`'s logprob under the logits of batch index `row` (-1: the last) of `ctx` (the raw
-    `llama_context` pointer), and the `top` likeliest. `llm` only supplies the vocabulary.
+    `llama_context` pointer), or under `kept` (logits the prompt cache kept), and the `top`
+    likeliest. `llm` only supplies the vocabulary.
 
     Values are converted to Python floats here: numpy scalars do not pickle across Ray cheaply
     and do not serialise to JSON at all.
     """
     n_vocab = llm.n_vocab()
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
+    if kept is None:
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
+    else:
+        logits = kept
     lp = _log_softmax(logits)
     alternatives: list[TopLogprob] = []
     if top > 0:

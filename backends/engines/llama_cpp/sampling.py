@@ -132,36 +132,41 @@ class TokenSampler:
         self._vocab = lazy_vocab
         # The text so far while a lazy grammar waits for its trigger (llama.cpp's own buffer).
         self._awaiting: bytes | None = b"" if lazy_vocab is not None else None
+        self._cur: Any = None  # `_draw`'s candidate array, made on its first use
         if grammar is not None:
-            self._cur = (llama_cpp.llama_token_data * n_vocab)()
-            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
-            self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = (llama_cpp.llama_token_data * 1)()
 
-    def sample(self, ctx: Any, row: int = -1) -> int:
-        """`ctx`: the raw `llama_context` pointer."""
+    def sample(self, ctx: Any, row: int = -1, kept: np.ndarray | None = None) -> int:
+        """`ctx`: the raw `llama_context` pointer. `kept`: logits to draw from instead of the
+        row (a prompt's last position, kept by the prompt cache); left as they were."""
+        logits = kept
+        if logits is None and (self._mask is not None or self._grammar is not None):
+            ptr = llama_cpp.llama_get_logits_ith(ctx, row)
+            logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        if logits is None:  # the common case: llama.cpp's chain reads the row itself
+            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
         if self._mask is None:
-            return self._sample(ctx, row)
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
+            return self._sample(logits, ctx, row, kept is not None)
         self._mask.apply(logits, self._history)
         try:
-            token = self._sample(ctx, row)
+            token = self._sample(logits, ctx, row, kept is not None)
         finally:
             self._mask.undo(logits)
         self._history.append(token)
         return token
 
-    def _sample(self, ctx: Any, row: int) -> int:
+    def _sample(self, logits: np.ndarray, ctx: Any, row: int, kept: bool) -> int:
         if self._grammar is None:
-            return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
-        ptr = llama_cpp.llama_get_logits_ith(ctx, row)
-        logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-        token = self._draw(logits, masked=False)
-        if not self._fits(token):
-            token = self._draw(logits, masked=True)
-        if self._awaiting is not None:
-            token = self._trigger_safely(logits, token)
-        llama_cpp.llama_sampler_accept(self._grammar, token)
+            if not kept:  # the row, masked in place
+                return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
+            token = self._draw(logits, masked=False)
+        else:
+            token = self._draw(logits, masked=False)
+            if not self._fits(token):
+                token = self._draw(logits, masked=True)
+            if self._awaiting is not None:
+                token = self._trigger_safely(logits, token)
+            llama_cpp.llama_sampler_accept(self._grammar, token)
         llama_cpp.llama_sampler_accept(self._chain.sampler, token)
         return token
 
@@ -202,6 +207,10 @@ class TokenSampler:
         return buf.raw[:n]
 
     def _draw(self, logits: np.ndarray, masked: bool, banned: list[int] | None = None) -> int:
+        if self._cur is None:
+            self._cur = (llama_cpp.llama_token_data * self._n_vocab)()
+            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
+            self._ids = np.arange(self._n_vocab, dtype=np.int32)
         # Samplers sort and shrink the array in place: refill it every time.
         self._view["id"] = self._ids
         self._view["logit"] = logits

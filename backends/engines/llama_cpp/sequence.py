@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
+import numpy as np
 
 from backends.engines import tool_calls
 from backends.engines.base import EngineStats
@@ -48,15 +49,16 @@ class SequenceOutput:
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
         self.builder = DeltaBuilder(n_prompt, parser)
 
-    def push(self, token: int, ctx: Any, row: int) -> bool:
-        """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer).
-        Returns True when the sequence has ended; its last delta has then been emitted."""
+    def push(self, token: int, ctx: Any, row: int, kept: np.ndarray | None = None) -> bool:
+        """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer,
+        or from `kept`, logits the prompt cache kept). Returns True when the sequence has ended;
+        its last delta has then been emitted."""
         if llama_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
             self.finish("stop")
             return True
         out = self.builder
         if self._top is not None:
-            out.logprobs.append(logprobs.logprob_at(self._llm, ctx, row, token, self._top))
+            out.logprobs.append(logprobs.logprob_at(self._llm, ctx, row, token, self._top, kept))
         out.n_out += 1
         self._stats.tokens_generated_total += 1
         piece = self._llm.detokenize([token], special=self._special)
