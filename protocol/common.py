@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from protocol.base import RequestModel, ResponseModel
 from protocol.extensions import SamplingExtensions
@@ -11,20 +13,42 @@ MAX_STOP_SEQUENCES = 4
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on the number of biased tokens
 
 
+class PromptTokensDetails(ResponseModel):
+    """The prompt tokens an engine's prompt cache already held (OpenAI's and vLLM's field)."""
+
+    cached_tokens: int = 0
+
+
 class Usage(ResponseModel):
     """OpenAI's `usage`: the engines' own token counts, never re-tokenised in the gateway. Build it with
-    `of()`, which keeps `total_tokens` the sum of the other two."""
+    `of()`, which keeps `total_tokens` the sum of the other two. `prompt_tokens_details` only
+    when the engine counts cached tokens (the llama.cpp engines do), as vLLM leaves it out."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_details(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = handler(self)
+        if body.get("prompt_tokens_details") is None:
+            body.pop("prompt_tokens_details", None)
+        return body
+
+    @property
+    def cached_tokens(self) -> int:
+        return 0 if self.prompt_tokens_details is None else self.prompt_tokens_details.cached_tokens
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> Usage:
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=None
+            if cached_tokens is None
+            else PromptTokensDetails(cached_tokens=cached_tokens),
         )
 
 

@@ -80,7 +80,8 @@ class ResponseErrorOut(ResponseModel):
 
 
 class InputTokensDetails(ResponseModel):
-    """No prompt cache is reported: both counts are 0."""
+    """`cached_tokens`: the input tokens the engine's prompt cache held (0 where it does not count
+    them). Nothing is written to a cache on request: `cache_write_tokens` stays 0."""
 
     cached_tokens: int = 0
     cache_write_tokens: int = 0
@@ -102,9 +103,15 @@ class ResponseUsage(ResponseModel):
     total_tokens: int
 
     @classmethod
-    def of(cls, input_tokens: int, output_tokens: int) -> ResponseUsage:
+    def of(cls, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> ResponseUsage:
         total = input_tokens + output_tokens
-        return cls(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total)
+        details = InputTokensDetails(cached_tokens=cached_tokens)
+        return cls(
+            input_tokens=input_tokens,
+            input_tokens_details=details,
+            output_tokens=output_tokens,
+            total_tokens=total,
+        )
 
 
 class ResponseObject(ResponseModel):

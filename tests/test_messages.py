@@ -69,7 +69,9 @@ def check_message(message: Message, max_tokens: int) -> None:
     assert message.type == "message" and message.role == "assistant"
     assert message.id.startswith("msg_")
     assert message.stop_reason in STOP_REASONS
-    assert message.usage.input_tokens > 0 and 0 < message.usage.output_tokens <= max_tokens
+    # Anthropic's input_tokens leaves out what the cache held: 0 when a prompt repeats exactly.
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
+    assert 0 < message.usage.output_tokens <= max_tokens
     if message.stop_reason == "max_tokens":
         assert message.usage.output_tokens == max_tokens
     assert (message.stop_sequence is not None) == (message.stop_reason == "stop_sequence")

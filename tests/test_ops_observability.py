@@ -55,6 +55,37 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     assert metric(after, "raygate:time_to_first_token_seconds_bucket", **labels, le="+Inf") is not None
 
 
+def test_a_repeated_prompt_comes_whole_from_the_cache(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    """The same chat request twice: the second reuses every prompt token, its first token drawn
+    from the logits the replica kept with the prompt (no decode), and answers the same."""
+    messages = [{"role": "user", "content": "Repeat after me, observability check: the cache holds."}]
+
+    def ask() -> tuple[str | None, int, int]:
+        r = client.chat.completions.create(model=CHAT_MODEL, messages=messages, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+        assert r.usage is not None
+        details = r.usage.prompt_tokens_details  # absent when nothing was cached
+        return r.choices[0].message.content, r.usage.prompt_tokens, (details and details.cached_tokens) or 0
+
+    first = ask()
+    before = (
+        metric(scrape(gateway.url), "raygate:prompt_cache_logits_reused_total", model_name=CHAT_MODEL) or 0
+    )
+    again = ask()
+    after = metric(scrape(gateway.url), "raygate:prompt_cache_logits_reused_total", model_name=CHAT_MODEL)
+    assert again[0] == first[0]
+    assert again[2] == again[1] == first[1]
+    assert after == before + 1
+    # The Responses API reports the same count as `input_tokens_details.cached_tokens`.
+    for _ in range(2):
+        r = client.responses.create(
+            model=CHAT_MODEL,
+            input="Repeat after me: responses count cached input.",
+            max_output_tokens=16,
+            store=False,
+        )
+    assert r.usage is not None and r.usage.input_tokens_details.cached_tokens == r.usage.input_tokens > 0
+
+
 def test_metrics_content_type(gateway: GatewayProcess) -> None:
     r = httpx.get(f"{gateway.url}/metrics")
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")

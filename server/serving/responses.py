@@ -170,7 +170,9 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
             else (choice or "auto"),
             tools=[FunctionToolOut.of(t) for t in body.function_tools()],
             top_p=1.0 if body.top_p is None else body.top_p,
-            usage=None if usage is None else ResponseUsage.of(usage.prompt_tokens, usage.completion_tokens),
+            usage=None
+            if usage is None
+            else ResponseUsage.of(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens),
             user=body.user,
             metadata=body.metadata or {},
         )

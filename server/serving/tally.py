@@ -59,7 +59,9 @@ class Tally:
     def text(self, index: int) -> str:
         return "".join(self.texts.get(index, []))
 
-    def usage_counts(self, samples_per_prompt: int) -> tuple[int, int]:
-        """Prompt tokens count once per prompt, however many samples were drawn from it."""
+    def usage_counts(self, samples_per_prompt: int) -> tuple[int, int, int | None]:
+        """Prompt tokens (and those of them the cache held: None if the engine does not count
+        them) count once per prompt, however many samples were drawn from it."""
         prompt = sum(n for i, n in self.prompt_tokens.items() if i % samples_per_prompt == 0)
-        return prompt, sum(self.completion_tokens.values())
+        cached = [n for i, n in self.cached_tokens.items() if i % samples_per_prompt == 0]
+        return prompt, sum(self.completion_tokens.values()), sum(cached) if cached else None

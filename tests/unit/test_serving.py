@@ -286,12 +286,23 @@ async def test_collect_gives_none_and_closes_the_streams_when_the_client_leaves(
     assert closed.is_set()
 
 
-@pytest.mark.parametrize(("n", "expected"), [(1, (15, 6)), (3, (5, 6))])
-def test_tally_counts_each_prompt_once(n: int, expected: tuple[int, int]) -> None:
+@pytest.mark.parametrize(("n", "expected"), [(1, (15, 6, None)), (3, (5, 6, None))])
+def test_tally_counts_each_prompt_once(n: int, expected: tuple[int, int, int | None]) -> None:
     tally = Tally()
     for index in range(3):
         tally.add(index, Delta("t", completion_tokens=2, prompt_tokens=5))
     assert tally.usage_counts(n) == expected
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, (15, 6, 12)), (3, (5, 6, 4))])
+def test_tally_counts_cached_tokens_once_per_prompt(n: int, expected: tuple[int, int, int]) -> None:
+    tally = Tally()
+    for index in range(3):
+        tally.add(index, Delta("t", completion_tokens=2, prompt_tokens=5, cached_tokens=4))
+    assert tally.usage_counts(n) == expected
+    usage = Usage.of(*expected)
+    assert json.loads(usage.to_json())["prompt_tokens_details"] == {"cached_tokens": expected[2]}
+    assert "prompt_tokens_details" not in json.loads(Usage.of(5, 2).to_json())
 
 
 # ---- the sequence cap (issue #12: fan-out amplification) ----------------------------------------

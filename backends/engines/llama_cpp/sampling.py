@@ -209,7 +209,7 @@ class TokenSampler:
     def _draw(self, logits: np.ndarray, masked: bool, banned: list[int] | None = None) -> int:
         if self._cur is None:
             self._cur = (llama_cpp.llama_token_data * self._n_vocab)()
-            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)  # type: ignore[call-overload]
+            self._view = np.frombuffer(self._cur, dtype=_TOKEN_DATA)
             self._ids = np.arange(self._n_vocab, dtype=np.int32)
         # Samplers sort and shrink the array in place: refill it every time.
         self._view["id"] = self._ids
