@@ -301,3 +301,38 @@ async def test_a_repeat_drawn_from_kept_logits_samples_as_the_whole_prompt(
     assert text == whole
     assert scores == (await run(off))[1]
     assert bool(scores) == (sampling.logprobs is not None)
+
+
+async def test_a_repeat_whose_slot_was_taken_evaluates_the_rest_without_drawing_again(
+    batched: tuple[Engine, Engine],
+) -> None:
+    """The first token of a repeat is drawn as it comes, from the kept logits; if another prompt
+    took the slot meanwhile, the prompt's lost part is evaluated again (no host copy to bring back
+    here) and the answer goes on from the token already drawn: the same as without the cache."""
+    on = await _engine(**SHAPES["two-slots-no-host-copies"])
+    _, off = batched
+    system = ChatMessage("system", "You are a careful assistant who answers plainly. " * 8)
+    first = [system, ChatMessage("user", "Name a color.")]
+    other = [system, ChatMessage("user", "Name a fruit.")]
+    whole, _ = await answer(off, first, 16)
+    await answer(on, first, 16)
+    await answer(on, other, 16)  # takes the first prompt's slot: it shares the system prompt
+    before = on.stats()
+    again, last = await answer(on, first, 16)
+    assert again == whole
+    assert on.stats().prompt_cache_logits_reused_total == before.prompt_cache_logits_reused_total + 1
+    assert last.cached_tokens is not None and 0 < last.cached_tokens < (last.prompt_tokens or 0)
+
+
+async def test_a_repeat_may_end_at_its_drawn_token(batched: tuple[Engine, Engine]) -> None:
+    on, _ = batched
+    messages = [ChatMessage("user", "Say one word.")]
+    await answer(on, messages, 1)
+    before = on.stats()
+    text, last = await answer(on, messages, 1)
+    after = on.stats()
+    assert last.finish_reason == "length" and last.completion_tokens == 1 and text
+    assert last.cached_tokens == last.prompt_tokens
+    assert after.prompt_cache_logits_reused_total == before.prompt_cache_logits_reused_total + 1
+    assert after.prompt_cache_hits_total == before.prompt_cache_hits_total + 1
+    assert after.forward_passes_total == before.forward_passes_total  # nothing evaluated at all

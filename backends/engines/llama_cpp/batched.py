@@ -18,7 +18,10 @@ default system prompt) does not evict a long conversation another client is abou
 A slot about to be overwritten is first copied to host memory (`prompt_store.py`, llama-server's
 `--cache-ram`; `engine: {prompt_cache_ram_mib: N}`, 0 turns it off), and a prompt that extends a
 stored one further than any slot does is copied back into its slot: with more conversations than
-slots, each still evaluates only its new turn.
+slots, each still evaluates only its new turn. The logits at the last position of the latest
+prompts are kept too (one row each): a prompt seen exactly before (a retry, a regenerated
+answer) draws its first token from them the moment it arrives, with no decode, where llama-server
+evaluates its last token again.
 `engine: {prompt_cache: false}` evaluates every prompt whole (greedy output is the same).
 
 Everything per request is shared with the one-sequence engine, as objects both hold rather than
@@ -126,9 +129,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._ctx: Any = None
         self._clock = itertools.count(1)
         self._reevaluated = prefix_reuse.REEVALUATED
-        # Per slot, the logits after its first n cached tokens, a prompt's last position: the
-        # same prompt again draws its first token from them, with no decode (`_admit`).
-        self._kept: dict[int, tuple[int, np.ndarray]] = {}
+        # The logits at the last position of the latest prompts (at most one per slot): the same
+        # prompt again draws its first token from them as soon as it comes (`generate`). Written
+        # by the scheduler, read by the event loop: a dict's get and set are atomic.
+        self._kept: dict[tuple[int, ...], np.ndarray] = {}
 
     async def start(self) -> None:
         import llama_cpp
@@ -165,10 +169,26 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 feed = pump.thread_feed(run.cancel, block=False)
                 out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
-                self._incoming.put(_Sequence(job.prompt, job.sampler, out, feed, prompt_top=top))
+                seq = _Sequence(job.prompt, job.sampler, out, feed, prompt_top=top)
+                if not self._draw_kept(seq):
+                    self._incoming.put(seq)
                 async for delta in pump:
                     yield delta
                 run.ended = True
+
+    def _draw_kept(self, seq: _Sequence) -> bool:
+        """Draw the first token of a prompt whose logits are kept, at once, even while a decode
+        runs: logits are a function of the prompt alone, whatever a slot holds by the time the
+        sequence is admitted. Returns True if the sequence ended there (it needs no slot)."""
+        kept = self._kept.get(tuple(seq.prompt)) if self._prompt_cache and seq.prompt_top is None else None
+        if kept is None:
+            return False
+        seq.out.builder.cached_tokens = len(seq.prompt)
+        self._stats.prompt_cache_logits_reused_total += 1
+        ended = self._step(seq, -1, kept)
+        if ended:
+            self._stats.count_prompt_cache(len(seq.prompt))
+        return ended
 
     # -- the scheduler thread --------------------------------------------------------------
 
@@ -201,7 +221,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             except Exception as exc:
                 for slot, seq in running.items():
                     cached[slot] = []
-                    self._kept.pop(slot, None)
                     self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
                     self._fail(seq, exc)
                 running.clear()
@@ -221,7 +240,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if seq.first:
                 seq.first = False
                 if kept is None and self._prompt_cache and seq.prompt_top is None:
-                    self._keep_logits(seq.slot, len(seq.prompt), row)
+                    self._keep_logits(seq.prompt, row)
             token = seq.sampler.sample(self._ctx.ctx, row, kept)
             ended = seq.out.push(token, self._ctx.ctx, row, kept)
         except Exception as exc:
@@ -264,6 +283,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = self._incoming.get(block=not running)
             except queue.Empty:
                 return
+            drawn = not seq.first  # its first token came from kept logits (`generate`)
             if seq.cancel.is_set():
                 self._finish(seq, "abort")
                 continue
@@ -277,26 +297,19 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._store_slot(slot, cached[slot])
             if entry is not None and stored > shared + STORE_MIN_TOKENS:
                 shared = self._restore(slot, cached, entry, stored)
-            # The same prompt as the slot's last one: its first token comes from the logits
-            # kept then, and nothing is evaluated again.
-            kept = self._kept.get(slot) if reuse else None
-            whole = kept is not None and kept[0] == len(seq.prompt) <= shared
-            # Never below 0: a prompt shorter than the tokens re-evaluated gave -1, fed nothing
-            # that was sampled, and the sequence waited for ever.
-            keep = len(seq.prompt) if whole else max(0, min(shared, len(seq.prompt) - self._reevaluated))
+            # A drawn first token needs no logits: the prompt's cells are all it needs, and a
+            # slot evicted since evaluates the rest without them. Otherwise the last token (or
+            # two) is evaluated again for its logits; never below 0: a prompt shorter than the
+            # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
+            last = len(seq.prompt) - (0 if drawn else self._reevaluated)
+            keep = max(0, min(shared, last))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
-            if slot in self._kept and self._kept[slot][0] > keep:
-                del self._kept[slot]
             used[slot] = next(self._clock)
             seq.slot, seq.fed = slot, keep
             seq.out.builder.cached_tokens = keep
             if seq.prompt_top is None:
                 self._stats.count_prompt_cache(keep)
-            if whole and kept is not None:
-                self._stats.prompt_cache_logits_reused_total += 1
-                if self._step(seq, -1, kept[1]):
-                    continue  # ended at its first token (`max_tokens: 1`, end of generation)
             running[slot] = seq
 
     def _restore(self, slot: int, cached: list[list[int]], entry: StoredPrompt, shared: int) -> int:
@@ -314,16 +327,19 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             return 0
         self._store.take(entry)
         cached[slot] = list(entry.tokens)
-        self._kept.pop(slot, None)
         self._stats.prompt_cache_restored_total += 1
         return shared
 
-    def _keep_logits(self, slot: int, n: int, row: int) -> None:
-        """Copy batch index `row`'s logits, those after the slot's first `n` tokens (~200 KB
-        for a 49k vocabulary: a copy per request, a decode saved per exact repeat)."""
+    def _keep_logits(self, prompt: list[int], row: int) -> None:
+        """Copy batch index `row`'s logits, `prompt`'s last position's (~200 KB for a 49k
+        vocabulary: a copy per request, a decode saved per exact repeat); the oldest go."""
         n_vocab = loaded(self._model).llm.n_vocab()
         logits = np.ctypeslib.as_array(self._llama.llama_get_logits_ith(self._ctx.ctx, row), shape=(n_vocab,))
-        self._kept[slot] = (n, logits.copy())
+        key = tuple(prompt)
+        self._kept.pop(key, None)
+        self._kept[key] = logits.copy()
+        while len(self._kept) > self._n_seq:
+            del self._kept[next(iter(self._kept))]
 
     def _store_slot(self, slot: int, tokens: list[int]) -> None:
         """Copy the slot's KV cells to the host store (skipped when the store is off, too small,
@@ -372,7 +388,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             cached[slot].append(token)
 
         for slot, seq in running.items():
-            if seq.next_token is not None and not seq.feed.full:
+            prompt_done = seq.fed >= len(seq.prompt)  # a drawn first token waits for its prompt
+            if seq.next_token is not None and prompt_done and not seq.feed.full:
                 outputs.append((slot, b.n_tokens))
                 add(slot, seq.next_token, True)
                 seq.next_token = None
@@ -386,7 +403,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if every:
                 scored.append((slot, b.n_tokens, seq.fed, take))
             for k, token in enumerate(seq.prompt[seq.fed : seq.fed + take]):
-                last = seq.fed + k == len(seq.prompt) - 1
+                last = seq.fed + k == len(seq.prompt) - 1 and seq.first
                 if last:
                     outputs.append((slot, b.n_tokens))
                 add(slot, token, every or last)
