@@ -11,6 +11,7 @@ ROWS = (
     ("llama.cpp SmolLM2-135M, 128 tokens", ("llama-c1", "llama-load")),
     ("vs llama-server, new prompts, 128 tokens", ("llama-server",)),
     ("vs llama-server, repeated opening, 128 tokens", ("llama-server-repeat",)),
+    ("vs llama-server, shared opening, new question, 128 tokens", ("llama-server-extend",)),
     ("instant engine (gateway alone), 128 tokens", ("instant", "instant-load")),
 )
 STYLE = {

@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover
 from bench.metrics import RequestResult
 
 REQUEST_TIMEOUT_S = 120.0
+UNIQUE_MARK = "{n}"
 _NUMBERS = itertools.count(1)  # unique prompts' numbers: never repeated within one process
 
 
@@ -39,7 +40,8 @@ _NUMBERS = itertools.count(1)  # unique prompts' numbers: never repeated within 
 class Workload:
     """One request body sent again and again; `expected_tokens` marks shorter outputs failed.
     `unique`: each request's `prompt` starts with its own number, so no server can answer it
-    from a prompt cache (the first tokens already differ)."""
+    from a prompt cache (the first tokens already differ), or has it where the prompt holds
+    `UNIQUE_MARK` (after a shared opening: only that opening can come from a cache)."""
 
     path: str
     body: dict[str, Any]
@@ -51,8 +53,11 @@ class Workload:
         if not self.unique:
             payload = json.dumps(self.body).encode()
             return lambda: payload
+        prompt = str(self.body["prompt"])
+        if UNIQUE_MARK not in prompt:  # the number leads: nothing of the prompt is shared
+            prompt = f"{UNIQUE_MARK}. {prompt}"
         return lambda: json.dumps(
-            {**self.body, "prompt": f"{next(_NUMBERS)}. {self.body['prompt']}"}
+            {**self.body, "prompt": prompt.replace(UNIQUE_MARK, str(next(_NUMBERS)))}
         ).encode()
 
 

@@ -90,9 +90,12 @@ WORKLOADS: dict[str, dict[str, object]] = {
     "instant": completion_body("instant", "Hello"),
     "paced": completion_body("paced", "Hello"),
 }
-# Workloads whose prompts start with each request's own number: no prompt cache can serve them.
-UNIQUE = frozenset({"llama-unique"})
+# Workloads with each request's own number in the prompt: at the start (no prompt cache can serve
+# them), or after the shared opening (a new question after the same system prompt: only the
+# opening can come from a cache).
+UNIQUE = frozenset({"llama-unique", "llama-shared-new"})
 WORKLOADS["llama-unique"] = WORKLOADS["llama"]
+WORKLOADS["llama-shared-new"] = completion_body(LLAMA_MODEL, SHARED_OPENING + "\n\n{n}. " + LLAMA_PROMPT)
 L0_SAMPLING = SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0)
 PACED_TTFT_MS = 20.0
 
@@ -157,6 +160,17 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server-repeat",
         "llama-shared",
+        ("serve", "serve-2x1", "llama-server"),
+        (1, 8),
+        rounds=2,
+        requests_per_stream=2,
+        min_requests=4,
+    ),
+    # The same opening, then a question of its own each time: the opening from the cache, the rest
+    # evaluated (a shared system prompt; a conversation's next turn).
+    Scenario(
+        "llama-server-extend",
+        "llama-shared-new",
         ("serve", "serve-2x1", "llama-server"),
         (1, 8),
         rounds=2,

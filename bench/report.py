@@ -201,7 +201,11 @@ def _vs_llama_server(get: Any) -> list[TargetRow]:
     """Issue 13's goals against llama.cpp's own server: tokens/s at least 1.0x and TTFT p50 at most 1.1x, on
     new prompts and on a repeated long opening (prompt caches)."""
     rows: list[TargetRow] = []
-    for scenario, what in (("llama-server", "new prompts"), ("llama-server-repeat", "repeated opening")):
+    for scenario, what in (
+        ("llama-server", "new prompts"),
+        ("llama-server-repeat", "repeated opening"),
+        ("llama-server-extend", "shared opening, new question"),
+    ):
         for level, (peer_name, flags) in itertools.product((1, 8), plan.LLAMA_SERVERS.items()):
             peer = get(scenario, peer_name, level)
             shown = " ".join(flags)
