@@ -179,7 +179,7 @@ class GatewayMetrics:
                 ),
                 (
                     "prompt_cache_logits_reused_total",
-                    "Requests whose whole prompt was cached with its logits: a first token with no decode.",
+                    "Requests whose prompt came before: the first token from its kept logits, no decode.",
                 ),
                 ("forward_passes_total", "llama.cpp forward passes (llama_decode calls)."),
                 (

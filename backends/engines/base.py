@@ -104,8 +104,8 @@ class EngineStats:
     prompt_cache_reused_tokens_total: int = 0
     # Prompts whose prefix came back from host memory (a slot's state stored when it was evicted).
     prompt_cache_restored_total: int = 0
-    # Prompts the cache held whole with their last position's logits (the batched engine): the
-    # first token was drawn from those, with no decode.
+    # Prompts seen exactly before, whose first token was drawn from the logits kept at their last
+    # position then, with no decode (the batched engine).
     prompt_cache_logits_reused_total: int = 0
     # The llama.cpp engines' forward passes (`llama_decode`): how many, the tokens they carried and
     # the wall time inside them. Against the replica's wall time this splits serving from compute
