@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from protocol.text import check_text, printable
 
@@ -37,6 +44,20 @@ class ResponseModel(BaseModel):
     def to_json(self) -> str:
         omit = {f for f in self.omit_when_none if getattr(self, f) is None}
         return self.model_dump_json(exclude=omit or None)
+
+
+class NestedOmitsNone(ResponseModel):
+    """A response part that leaves its unset `omit_when_none` fields out (not null) wherever it
+    is nested, as OpenAI's and Cohere's answers do; `to_json` does it only at a body's top. Only
+    these parts pay for the serializer: the streamed chunks stay plain."""
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in self.omit_when_none:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class StrictModel(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from protocol.base import RequestModel, ResponseModel
+from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 from protocol.common import SamplingFields, Usage
 from protocol.errors import BadRequestError
 from protocol.extensions import fold_n_probs
@@ -165,7 +165,7 @@ class ChatCompletionRequest(SamplingFields):
         return out
 
 
-class ChatCompletionMessage(ResponseModel):
+class ChatCompletionMessage(NestedOmitsNone):
     """The assistant's reply in a non-streamed choice. `content` is null when the reply is only tool calls, as
     OpenAI sends it."""
 
@@ -173,14 +173,8 @@ class ChatCompletionMessage(ResponseModel):
     content: str | None
     refusal: str | None = None
     tool_calls: list[ToolCallOut] | None = None
-
-    @model_serializer(mode="wrap")
-    def _omit_absent_calls(self, handler: Any) -> dict[str, Any]:
-        """`tool_calls` is absent (not null) when there are none, as in OpenAI's responses."""
-        data: dict[str, Any] = handler(self)
-        if data.get("tool_calls") is None:
-            data.pop("tool_calls", None)
-        return data
+    # `tool_calls` is absent (not null) when there are none, as in OpenAI's responses.
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"tool_calls"})
 
 
 class ChatCompletionChoice(ResponseModel):

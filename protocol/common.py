@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import Field, field_validator
 
-from protocol.base import RequestModel, ResponseModel
+from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 from protocol.extensions import SamplingExtensions
 
 MAX_STOP_SEQUENCES = 4
@@ -19,7 +19,7 @@ class PromptTokensDetails(ResponseModel):
     cached_tokens: int = 0
 
 
-class Usage(ResponseModel):
+class Usage(NestedOmitsNone):
     """OpenAI's `usage`: the engines' own token counts, never re-tokenised in the gateway. Build it with
     `of()`, which keeps `total_tokens` the sum of the other two. `prompt_tokens_details` only
     when the engine counts cached tokens (the llama.cpp engines do), as vLLM leaves it out."""
@@ -28,13 +28,7 @@ class Usage(ResponseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
-
-    @model_serializer(mode="wrap")
-    def _omit_unknown_details(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        body: dict[str, Any] = handler(self)
-        if body.get("prompt_tokens_details") is None:
-            body.pop("prompt_tokens_details", None)
-        return body
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"prompt_tokens_details"})
 
     @property
     def cached_tokens(self) -> int:

@@ -14,11 +14,11 @@ texts' vectors, in [-1, 1], whatever `use_activation` says.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from protocol.base import RequestModel, ResponseModel
+from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 
 
 class DocumentText(BaseModel):
@@ -70,21 +70,15 @@ class RerankedDocument(ResponseModel):
     text: str
 
 
-class RerankResult(ResponseModel):
+class RerankResult(NestedOmitsNone):
     """One document: its index in the request, its score, and (unless `return_documents` is false)
     its text."""
 
     index: int
     relevance_score: float
     document: RerankedDocument | None = None
-
-    @model_serializer(mode="wrap")
-    def _omit_document(self, handler: Any) -> dict[str, Any]:
-        """`return_documents: false`: no `document` key at all, as Cohere answers."""
-        data: dict[str, Any] = handler(self)
-        if data.get("document") is None:
-            data.pop("document", None)
-        return data
+    # `return_documents: false`: no `document` key at all, as Cohere answers.
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"document"})
 
 
 class RerankUsage(ResponseModel):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_serializer
 
-from protocol.base import ResponseModel
+from protocol.base import NestedOmitsNone, ResponseModel
 from protocol.response_items import ConversationItem, Item, OutputItem
 from protocol.responses import ResponseStatus, ResponsesTool, TextFormat
 
@@ -114,7 +114,7 @@ class ResponseUsage(ResponseModel):
         )
 
 
-class ResponseObject(ResponseModel):
+class ResponseObject(NestedOmitsNone):
     """The response object: returned, streamed in lifecycle events, and stored."""
 
     id: str
@@ -144,16 +144,8 @@ class ResponseObject(ResponseModel):
     metadata: dict[str, str]
 
     # Typed as plain strings (not nullable) in OpenAI's spec: absent rather than null.
+    # Left out wherever the object is serialised, inside stream events too.
     omit_when_none: ClassVar[frozenset[str]] = frozenset({"usage", "user"})
-
-    @model_serializer(mode="wrap")
-    def _omit_absent(self, handler: Any) -> dict[str, Any]:
-        """Applied wherever the object is serialised, inside stream events too."""
-        data: dict[str, Any] = handler(self)
-        for name in self.omit_when_none:
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
 
 
 class StoredResponse(ResponseModel):
