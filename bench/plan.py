@@ -115,6 +115,16 @@ class Scenario:
     max_seconds: float = 120.0  # per (round, target, level): bounded time as well as counts
 
 
+# One long opening sent again and again, whole: what a prompt cache saves at its best.
+_REPEAT = Scenario(
+    "llama-server-repeat",
+    "llama-shared",
+    ("serve", "serve-2x1", "llama-server"),
+    (1, 8),
+    rounds=2,
+    requests_per_stream=2,
+    min_requests=4,
+)
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-c1", "llama", ("L0", "L1", "L2", "peer"), (1,), rounds=4, requests_per_stream=3, min_requests=3
@@ -157,26 +167,10 @@ SCENARIOS: tuple[Scenario, ...] = (
         requests_per_stream=2,
         min_requests=4,
     ),
-    Scenario(
-        "llama-server-repeat",
-        "llama-shared",
-        ("serve", "serve-2x1", "llama-server"),
-        (1, 8),
-        rounds=2,
-        requests_per_stream=2,
-        min_requests=4,
-    ),
+    _REPEAT,
     # The same opening, then a question of its own each time: the opening from the cache, the rest
     # evaluated (a shared system prompt; a conversation's next turn).
-    Scenario(
-        "llama-server-extend",
-        "llama-shared-new",
-        ("serve", "serve-2x1", "llama-server"),
-        (1, 8),
-        rounds=2,
-        requests_per_stream=2,
-        min_requests=4,
-    ),
+    replace(_REPEAT, name="llama-server-extend", workload="llama-shared-new"),
 )
 MEMORY_REQUESTS = 2000
 MEMORY_CONCURRENCY = 8
