@@ -12,7 +12,7 @@ prompt chunks of newly admitted ones; sequences join and leave between decodes.
 The slots are also a prompt cache, as llama-server's are: each remembers the tokens in its KV
 cache after its request ends, and a new prompt goes to the free slot sharing the longest prefix
 with it (a repeated system prompt, the earlier turns of a conversation), evaluating only the rest.
-A slot is only taken for its prefix when that prefix is most of what it holds (`SIMILARITY`);
+A slot is only taken for its prefix when that prefix is most of what it holds (`prompt_store.SIMILARITY`);
 otherwise the least recently used free slot is, so one short shared opening (a chat template's
 default system prompt) does not evict a long conversation another client is about to continue.
 A slot about to be overwritten is first copied to host memory (`prompt_store.py`, llama-server's
@@ -58,9 +58,10 @@ import numpy as np
 from backends.engines.base import loaded
 from backends.engines.llama_cpp import logprobs, prefix_reuse
 from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines.llama_cpp.kept_logits import KeptLogits
 from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
-from backends.engines.llama_cpp.prompt_store import PromptStore, StoredPrompt, common_prefix
+from backends.engines.llama_cpp.prompt_store import PromptStore, StoredPrompt, common_prefix, pick_slot
 from backends.engines.llama_cpp.sequence import SequenceOutput
 from backends.streams import Pump, ThreadFeed
 from protocol.errors import BadRequestError
@@ -75,9 +76,6 @@ from protocol.generation import (
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
-# A slot is chosen for its cached prefix only if that prefix is at least this share of what the
-# slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
-SIMILARITY = 0.5
 # A slot's state goes to the host store only if at least this many of its tokens would be lost
 # (a copy costs ~0.3 ms per 100 tokens of SmolLM2; a short prefix is cheaper to evaluate again).
 STORE_MIN_TOKENS = 32
@@ -129,10 +127,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._ctx: Any = None
         self._clock = itertools.count(1)
         self._reevaluated = prefix_reuse.REEVALUATED
-        # The logits at the last position of the latest prompts (at most one per slot): the same
-        # prompt again draws its first token from them as soon as it comes (`generate`). Written
-        # by the scheduler, read by the event loop: a dict's get and set are atomic.
-        self._kept: dict[tuple[int, ...], np.ndarray] = {}
+        self._kept = KeptLogits(self._n_seq)
 
     async def start(self) -> None:
         import llama_cpp
@@ -180,7 +175,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         """Draw the first token of a prompt whose logits are kept, at once, even while a decode
         runs: logits are a function of the prompt alone, whatever a slot holds by the time the
         sequence is admitted. Returns True if the sequence ended there (it needs no slot)."""
-        kept = self._kept.get(tuple(seq.prompt)) if self._prompt_cache and seq.prompt_top is None else None
+        kept = self._kept.get(seq.prompt) if self._prompt_cache and seq.prompt_top is None else None
         if kept is None:
             return False
         seq.out.builder.cached_tokens = len(seq.prompt)
@@ -240,7 +235,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if seq.first:
                 seq.first = False
                 if kept is None and self._prompt_cache and seq.prompt_top is None:
-                    self._keep_logits(seq.prompt, row)
+                    n_vocab = loaded(self._model).llm.n_vocab()
+                    logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
+                    self._kept.put(seq.prompt, np.ctypeslib.as_array(logits, shape=(n_vocab,)))
             token = seq.sampler.sample(self._ctx.ctx, row, kept)
             ended = seq.out.push(token, self._ctx.ctx, row, kept)
         except Exception as exc:
@@ -288,7 +285,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 self._finish(seq, "abort")
                 continue
             free = [s for s in range(self._n_seq) if s not in running]
-            slot = self._pick_slot(free, cached, used, seq.prompt)
+            slot = pick_slot(free, cached, used, seq.prompt)
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             reuse = self._prompt_cache and seq.prompt_top is None
             shared = common_prefix(cached[slot], seq.prompt) if reuse else 0
@@ -330,17 +327,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._stats.prompt_cache_restored_total += 1
         return shared
 
-    def _keep_logits(self, prompt: list[int], row: int) -> None:
-        """Copy batch index `row`'s logits, `prompt`'s last position's (~200 KB for a 49k
-        vocabulary: a copy per request, a decode saved per exact repeat); the oldest go."""
-        n_vocab = loaded(self._model).llm.n_vocab()
-        logits = np.ctypeslib.as_array(self._llama.llama_get_logits_ith(self._ctx.ctx, row), shape=(n_vocab,))
-        key = tuple(prompt)
-        self._kept.pop(key, None)
-        self._kept[key] = logits.copy()
-        while len(self._kept) > self._n_seq:
-            del self._kept[next(iter(self._kept))]
-
     def _store_slot(self, slot: int, tokens: list[int]) -> None:
         """Copy the slot's KV cells to the host store (skipped when the store is off, too small,
         or holds these tokens already)."""
@@ -357,15 +343,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         if written:
             del state[written:]
             self._store.put(tokens, state)
-
-    @staticmethod
-    def _pick_slot(free: list[int], cached: list[list[int]], used: list[int], prompt: list[int]) -> int:
-        """The free slot whose cached tokens share the longest prefix with `prompt`, if that
-        prefix is most of what the slot holds (`SIMILARITY`); else the least recently used."""
-        lru = min(free, key=lambda s: used[s])
-        best = max(free, key=lambda s: (common_prefix(cached[s], prompt), -used[s]))
-        shared = common_prefix(cached[best], prompt)
-        return best if shared > 0 and shared >= SIMILARITY * len(cached[best]) else lru
 
     def _fill(
         self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]

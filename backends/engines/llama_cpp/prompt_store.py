@@ -37,6 +37,21 @@ def common_prefix(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]
     return n
 
 
+# A slot is chosen for its cached prefix only if that prefix is at least this share of what the
+# slot holds (llama-server's `--slot-prompt-similarity` idea); else the least recently used one.
+SIMILARITY = 0.5
+
+
+def pick_slot(free: list[int], cached: list[list[int]], used: list[int], prompt: list[int]) -> int:
+    """The free slot whose cached tokens share the longest prefix with `prompt`, if that prefix
+    is most of what the slot holds (`SIMILARITY`); else the least recently used (`used`: when
+    each slot last took a request)."""
+    lru = min(free, key=lambda s: used[s])
+    best = max(free, key=lambda s: (common_prefix(cached[s], prompt), -used[s]))
+    shared = common_prefix(cached[best], prompt)
+    return best if shared > 0 and shared >= SIMILARITY * len(cached[best]) else lru
+
+
 class PromptStore:
     """Stored sequence states by their tokens, within `capacity` bytes."""
 
