@@ -3,7 +3,7 @@ engine's use of it, on the real SmolLM2, is in tests/test_prompt_cache.py)."""
 
 from __future__ import annotations
 
-from backends.engines.llama_cpp.prompt_store import PromptStore
+from backends.engines.llama_cpp.prompt_store import PromptStore, pick_slot, runs
 
 
 def test_the_longest_shared_prefix_wins() -> None:
@@ -56,3 +56,20 @@ def test_a_state_stored_for_the_same_tokens_is_only_refreshed() -> None:
     assert store.refresh([1]) and not store.refresh([3]) and not store.refresh([1, 2])
     store.put([3], bytearray(b"zzzz"))  # over capacity: the least recently used, now [2], leaves
     assert store.best([1])[1] == 1 and store.best([2]) == (None, 0)
+
+
+def test_a_slot_is_chosen_for_its_prefix_then_to_keep_running_slots_together() -> None:
+    """llama.cpp decodes each run of consecutive sequence ids as its own micro-batch: with nothing
+    worth reusing, a new stream goes next to the running ones, the least recently used of those."""
+    cached: list[list[int]] = [[], [], [], [], [5, 6, 7], [], [], []]
+    used = [5, 1, 0, 6, 2, 7, 3, 4]
+    free = [0, 1, 2, 4, 6, 7]
+    # Nothing runs: the least recently used free slot, as before.
+    assert pick_slot(free, cached, used, [9, 9]) == 2
+    # Slots 3 and 5 run: 4 joins them into one run (it holds no useful prefix for this prompt).
+    assert pick_slot(free, cached, used, [9, 9], running=[3, 5]) == 4
+    # Slot 3 runs: 2 and 4 both keep one run, and 2 is the less recently used.
+    assert pick_slot(free, cached, used, [9, 9], running=[3]) == 2
+    # A prefix that is most of what a slot holds wins over keeping slots together.
+    assert pick_slot(free, cached, used, [5, 6, 7, 8], running=[0, 1]) == 4
+    assert runs({0, 1, 3}) == 2 and runs(set()) == 0 and runs({7}) == 1
