@@ -1,4 +1,4 @@
-"""The batched llama.cpp engine's decode batch, without a model: its tokens go in slot order.
+"""The batched llama.cpp engine's decode batch (`decode_batch.fill`), without a model: slot order.
 
 llama.cpp splits a batch over per-sequence KV streams into micro-batches of consecutive sequence
 ids only, each a pass over all the weights, so a batch in admission order (slots 5, 0, 3, ...)
@@ -11,19 +11,17 @@ from types import SimpleNamespace
 
 from llama_cpp import _internals
 
-from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine, _Sequence
+from backends.engines.llama_cpp.decode_batch import RunningSequence, fill
 
 
-def sequence(prompt: list[int], fed: int, next_token: int | None) -> _Sequence:
-    """Only what `_fill` reads: the prompt, how much of it is fed, the token drawn, the feed's room."""
-    seq = _Sequence(prompt, sampler=None, out=None, feed=SimpleNamespace(full=False))  # type: ignore[arg-type]
+def sequence(prompt: list[int], fed: int, next_token: int | None) -> RunningSequence:
+    """Only what `fill` reads: the prompt, how much of it is fed, the token drawn, the feed's room."""
+    seq = RunningSequence(prompt, sampler=None, out=None, feed=SimpleNamespace(full=False))  # type: ignore[arg-type]
     seq.fed, seq.next_token, seq.first = fed, next_token, next_token is None
     return seq
 
 
 def test_next_tokens_and_prompt_chunks_go_in_slot_order() -> None:
-    engine = BatchedLlamaCppEngine.__new__(BatchedLlamaCppEngine)
-    engine._n_batch = 16
     batch = _internals.LlamaBatch(n_tokens=16, embd=0, n_seq_max=1, verbose=False)
     cached: list[list[int]] = [[1], [], [1], [], [1, 2], [], [7], []]
     # Admitted 4, 6, 1, 0, 2: slot 1 still feeds its prompt, the others decode.
@@ -34,7 +32,7 @@ def test_next_tokens_and_prompt_chunks_go_in_slot_order() -> None:
         0: sequence([1], fed=1, next_token=0),
         2: sequence([1], fed=1, next_token=20),
     }
-    outputs, scored = engine._fill(batch, running, cached)
+    outputs, scored = fill(batch, running, cached, n_batch=16)
     b = batch.batch
     seq_ids = [b.seq_id[i][0] for i in range(b.n_tokens)]
     assert seq_ids == [0, 1, 1, 1, 2, 4, 6]
@@ -46,8 +44,6 @@ def test_next_tokens_and_prompt_chunks_go_in_slot_order() -> None:
 
 
 def test_prompt_chunks_fill_only_the_room_the_next_tokens_leave() -> None:
-    engine = BatchedLlamaCppEngine.__new__(BatchedLlamaCppEngine)
-    engine._n_batch = 4
     batch = _internals.LlamaBatch(n_tokens=4, embd=0, n_seq_max=1, verbose=False)
     cached: list[list[int]] = [[], [5], [], [6]]
     running = {
@@ -55,7 +51,7 @@ def test_prompt_chunks_fill_only_the_room_the_next_tokens_leave() -> None:
         1: sequence([5], fed=1, next_token=50),
         3: sequence([6], fed=1, next_token=60),
     }
-    engine._fill(batch, running, cached)
+    fill(batch, running, cached, n_batch=4)
     b = batch.batch
     # Both next tokens, and two of slot 0's ten prompt tokens, ahead of them by slot.
     assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [0, 0, 1, 3]

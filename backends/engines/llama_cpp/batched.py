@@ -16,7 +16,7 @@ A slot is only taken for its prefix when that prefix is most of what it holds (`
 otherwise the least recently used free slot is, so one short shared opening (a chat template's
 default system prompt) does not evict a long conversation another client is about to continue;
 of those, one next to the running slots: llama.cpp decodes each run of consecutive sequence ids as
-a micro-batch of its own, a pass over all the weights (`_fill` keeps a batch in slot order for it).
+a micro-batch of its own, a pass over all the weights (`decode_batch.fill` keeps slot order).
 A slot about to be overwritten is first copied to host memory (`prompt_store.py`, llama-server's
 `--cache-ram`; `engine: {prompt_cache_ram_mib: N}`, 0 turns it off), and a prompt that extends a
 stored one further than any slot does is copied back into its slot: with more conversations than
@@ -52,20 +52,19 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from backends.engines.base import loaded
 from backends.engines.llama_cpp import logprobs, prefix_reuse
-from backends.engines.llama_cpp import sampling as sampling_lib
+from backends.engines.llama_cpp.decode_batch import RunningSequence, fill
 from backends.engines.llama_cpp.kept_logits import KeptLogits
 from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from backends.engines.llama_cpp.prompt_store import PromptStore, StoredPrompt, common_prefix, pick_slot
 from backends.engines.llama_cpp.sequence import SequenceOutput
-from backends.streams import Pump, ThreadFeed
+from backends.streams import Pump
 from protocol.errors import BadRequestError
 from protocol.generation import (
     Delta,
@@ -73,7 +72,6 @@ from protocol.generation import (
     EmbedResult,
     FinishReason,
     GenerateRequest,
-    TokenLogprob,
 )
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
@@ -86,28 +84,6 @@ MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
 # looking again. Only then: a step with any work never sleeps.
 PAUSED_POLL_SECONDS = 0.01
-
-
-@dataclass(eq=False)
-class _Sequence:
-    """One request inside the scheduler."""
-
-    prompt: list[int]
-    sampler: sampling_lib.TokenSampler
-    out: SequenceOutput
-    feed: ThreadFeed[Delta]
-    # Completions `echo` + `logprobs`: score every prompt token, with this many alternatives.
-    prompt_top: int | None = None
-    prompt_scores: list[TokenLogprob] = field(default_factory=list)
-    slot: int = -1
-    fed: int = 0  # prompt tokens already in the KV cache
-    next_token: int | None = None  # sampled, not yet fed back
-    first: bool = True  # nothing sampled yet: the next logits row is the prompt's last position
-
-    @property
-    def cancel(self) -> threading.Event:
-        """Set by `abort()` or when the request's stream is closed."""
-        return self.feed.cancel
 
 
 class BatchedLlamaCppEngine(LlamaModelEngine):
@@ -124,7 +100,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._n_batch = int(kwargs.pop("n_batch", 512))
         self._model_path = model_path
         self._kwargs = {**kwargs, "n_ctx": _TOKENIZER_CTX, "verbose": False}
-        self._incoming: queue.SimpleQueue[_Sequence] = queue.SimpleQueue()
+        self._incoming: queue.SimpleQueue[RunningSequence] = queue.SimpleQueue()
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
@@ -166,14 +142,14 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 feed = pump.thread_feed(run.cancel, block=False)
                 out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
-                seq = _Sequence(job.prompt, job.sampler, out, feed, prompt_top=top)
+                seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
                     yield delta
                 run.ended = True
 
-    def _draw_kept(self, seq: _Sequence) -> bool:
+    def _draw_kept(self, seq: RunningSequence) -> bool:
         """Draw the first token of a prompt whose logits are kept, at once, even while a decode
         runs: logits are a function of the prompt alone, whatever a slot holds by the time the
         sequence is admitted. Returns True if the sequence ended there (it needs no slot)."""
@@ -200,7 +176,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             self._reevaluated = prefix_reuse.reevaluated_tokens(loaded(self._model).llm)
         cached: list[list[int]] = [[] for _ in range(self._n_seq)]
         used = [0] * self._n_seq  # when each slot last took a request (LRU)
-        running: dict[int, _Sequence] = {}
+        running: dict[int, RunningSequence] = {}
         while True:
             self._admit(running, cached, used)
             for slot, seq in list(running.items()):
@@ -210,7 +186,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if not running:
                 continue
             try:
-                outputs, scored = self._fill(batch, running, cached)
+                outputs, scored = fill(batch, running, cached, self._n_batch)
                 if not batch.batch.n_tokens:  # every sequence waits for its reader
                     time.sleep(PAUSED_POLL_SECONDS)
                     continue
@@ -229,7 +205,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 if slot in running and self._step(running[slot], row):
                     del running[slot]
 
-    def _step(self, seq: _Sequence, row: int, kept: np.ndarray | None = None) -> bool:
+    def _step(self, seq: RunningSequence, row: int, kept: np.ndarray | None = None) -> bool:
         """Sample this sequence's next token from its own row of the batch's logits (or from
         `kept`, its prompt's logits the cache kept). A failure here (a grammar that allows
         nothing, say) ends this sequence only."""
@@ -251,7 +227,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             seq.next_token = token
         return ended
 
-    def _score_prompt(self, seq: _Sequence, first_row: int, start: int, n: int) -> bool:
+    def _score_prompt(self, seq: RunningSequence, first_row: int, start: int, n: int) -> bool:
         """Score a prompt chunk just decoded (rows `first_row ..`). Returns False if it failed,
         which ends this sequence only."""
         assert seq.prompt_top is not None
@@ -275,7 +251,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
         return llama_cpp
 
-    def _admit(self, running: dict[int, _Sequence], cached: list[list[int]], used: list[int]) -> None:
+    def _admit(self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]) -> None:
         """Take waiting sequences into free slots; block only when nothing runs."""
         while len(running) < self._n_seq:
             try:
@@ -346,76 +322,21 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             del state[written:]
             self._store.put(tokens, state)
 
-    def _fill(
-        self, batch: Any, running: dict[int, _Sequence], cached: list[list[int]]
-    ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
-        """One decode's tokens: the next token of every running sequence whose reader keeps up
-        (a paused one keeps its token for later), and prompt chunks in the room left.
-        The tokens go in slot order: llama.cpp splits a batch over per-sequence KV streams into
-        micro-batches of consecutive sequence ids only (`split_equal`, sequential), each one a
-        pass over all the weights. In admission order, which slot reuse soon scrambles, the eight
-        next tokens of a full batch took several passes: 40-70 % more compute per decode,
-        measured. A prompt's first token then rides in the decode's micro-batch.
-        Returns (slot, batch index) of each token whose logits are sampled, and
-        (slot, first batch index, first prompt position, count) of each prompt chunk whose
-        tokens are scored (prompt logprobs)."""
-        b = batch.batch
-        b.n_tokens = 0
-        outputs: list[tuple[int, int]] = []
-        scored: list[tuple[int, int, int, int]] = []
-
-        def add(slot: int, token: int, logits: bool) -> None:
-            i = b.n_tokens
-            b.token[i], b.pos[i], b.n_seq_id[i] = token, len(cached[slot]), 1
-            b.seq_id[i][0], b.logits[i] = slot, logits
-            b.n_tokens = i + 1
-            cached[slot].append(token)
-
-        def decodes(seq: _Sequence) -> bool:
-            prompt_done = seq.fed >= len(seq.prompt)  # a drawn first token waits for its prompt
-            return seq.next_token is not None and prompt_done and not seq.feed.full
-
-        order = sorted(running)
-        stepping = {slot for slot in order if decodes(running[slot])}
-        room = self._n_batch - len(stepping)  # for prompt tokens, after every next token
-        for slot in order:
-            seq = running[slot]
-            if slot in stepping:
-                assert seq.next_token is not None
-                outputs.append((slot, b.n_tokens))
-                add(slot, seq.next_token, True)
-                seq.next_token = None
-                continue
-            take = min(len(seq.prompt) - seq.fed, room)
-            if take <= 0:
-                continue
-            room -= take
-            every = seq.prompt_top is not None
-            if every:
-                scored.append((slot, b.n_tokens, seq.fed, take))
-            for k, token in enumerate(seq.prompt[seq.fed : seq.fed + take]):
-                last = seq.fed + k == len(seq.prompt) - 1 and seq.first
-                if last:
-                    outputs.append((slot, b.n_tokens))
-                add(slot, token, every or last)
-            seq.fed += take
-        return outputs, scored
-
     def _decode_batch(self, batch: Any) -> None:
         with self._stats.forward(batch.batch.n_tokens):
             rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
-    def _finish(self, seq: _Sequence, reason: FinishReason) -> None:
+    def _finish(self, seq: RunningSequence, reason: FinishReason) -> None:
         seq.out.finish(reason)
         self._end(seq)
 
-    def _fail(self, seq: _Sequence, exc: BaseException) -> None:
+    def _fail(self, seq: RunningSequence, exc: BaseException) -> None:
         self._end(seq, decode_error(exc))
 
     @staticmethod
-    def _end(seq: _Sequence, error: BaseException | None = None) -> None:
+    def _end(seq: RunningSequence, error: BaseException | None = None) -> None:
         """The scheduler is done with `seq`: free its sampler, end (or fail) its stream."""
         seq.sampler.close()
         seq.feed.close(error)
