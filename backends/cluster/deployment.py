@@ -69,6 +69,7 @@ class ReplicaRecord:
     error: str | None = None
     context_length: int = 0
     generation_defaults: dict[str, Any] = field(default_factory=dict)
+    socket: str = ""
     stopping: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -137,7 +138,7 @@ class Deployment:
 
     def route(self) -> DeploymentRoute:
         ready = [
-            ReplicaRoute(r.id, r.actor, r.node_id or "", r.context_length, r.generation_defaults)
+            ReplicaRoute(r.id, r.actor, r.node_id or "", r.context_length, r.generation_defaults, r.socket)
             for r in self.replicas
             if r.state == "ready"
         ]
@@ -281,6 +282,7 @@ class Deployment:
             return
         rec.node_id, rec.context_length = str(info["node_id"]), int(info["context_length"])
         rec.generation_defaults = dict(info.get("generation_defaults") or {})
+        rec.socket = str(info.get("socket") or "")
         log.info("replica %s ready on node %s in %.1fs", rec.id, rec.node_id[:12], time.monotonic() - t0)
         self._set(rec, "ready")
         try:

@@ -28,6 +28,24 @@ from ray.exceptions import RayActorError, RayTaskError
 from protocol.errors import EngineError, OpenAIError, ServiceUnavailableError
 
 
+class RemoteError(Exception):
+    """What a replica raised, carried over its socket (`socket_stream.py`): Ray's `RayTaskError`
+    for a stream that did not go over Ray, with the same `cause`."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class StreamLostError(ConnectionError):
+    """A replica's socket closed before its stream ended: the process died under the call, as Ray's
+    `RayActorError` says of an actor."""
+
+
+# What a call to a replica raises when it fails, over Ray or over the replica's socket.
+CALL_ERRORS = (RayTaskError, RayActorError, RemoteError, StreamLostError)
+
+
 class ReplicaDrainingError(RuntimeError):
     """The replica is being stopped and takes no new requests; the caller should pick another."""
 
@@ -88,7 +106,7 @@ class ErrorTable:
 
     def map(self, exc: BaseException, subject: str) -> Mapped | None:
         """The typed error for `exc` (a Ray error, usually), or None if no row matches."""
-        cause = exc.cause if isinstance(exc, RayTaskError) else None
+        cause = exc.cause if isinstance(exc, RayTaskError | RemoteError) else None
         for row in self.rows:
             found = cause if row.origin == "remote" else exc
             if found is not None and isinstance(found, row.types):
@@ -134,7 +152,7 @@ REPLICA_ERRORS = ErrorTable(
         retry=True,
     ),
     Row("remote", BaseException, _model_failed),
-    Row("ray", RayActorError, lambda model, _: ReplicaDiedError.serving(model)),
+    Row("ray", (RayActorError, StreamLostError), lambda model, _: ReplicaDiedError.serving(model)),
     Row("ray", OpenAIError, _itself),  # not a Ray error at all: already typed
     Row("ray", BaseException, _model_failed),
 )

@@ -28,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
 
 from backends.cluster.errors import ReplicaDrainingError
+from backends.cluster.socket_stream import SocketServer
 from backends.engines.base import Engine, EngineStats
 from backends.engines.factory import make_engine
 from backends.engines.model_files import generation_defaults
@@ -84,6 +85,7 @@ class ModelWorker:
         self._engine: Engine | None = None
         self._inflight = 0
         self._draining = False
+        self._socket = SocketServer(self.generate)
 
     async def start(self) -> dict[str, Any]:
         """Load the model; called once by the controller, which treats an exception as `failed`."""
@@ -91,10 +93,12 @@ class ModelWorker:
         engine = make_engine(self._config)
         await engine.start()
         self._engine = engine
+        socket = await self._socket.start() if self._config.task == "generate" else None
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "context_length": engine.context_length,
             "generation_defaults": recommended,
+            "socket": socket or "",
         }
 
     def _require(self) -> Engine:
@@ -123,12 +127,13 @@ class ModelWorker:
         # A poll, not an event: a drain is rare; no event to signal on every request end.
         while self._inflight and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(DRAIN_POLL_SECONDS)
+        self._socket.close()  # its folder goes now: a stopped actor has no say
         return self._inflight == 0
 
     async def inflight(self) -> int:
         return self._inflight
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[list[Delta]]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         engine = self._admit()
         self._inflight += 1
         try:

@@ -16,13 +16,15 @@ from protocol.config import ModelConfig
 @dataclass(slots=True)
 class ReplicaRoute:
     """A ready replica as gateways see it: the actor handle to call, its node, its context length,
-    and the sampling defaults its model folder recommends (`generation_config`)."""
+    the sampling defaults its model folder recommends (`generation_config`), and the Unix socket a
+    gateway on its node streams deltas over (`socket_stream.py`; "": none)."""
 
     id: str
     actor: Any
     node_id: str
     context_length: int
     generation_defaults: dict[str, Any] = field(default_factory=dict)
+    socket: str = ""
 
 
 @dataclass(slots=True)

@@ -32,16 +32,19 @@ instead of filling this process's memory with the whole answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from backends.cluster import socket_stream
 from backends.cluster.affinity import PrefixTable, prefix_keys, prompt_text
-from backends.cluster.errors import REPLICA_ERRORS, Mapped
+from backends.cluster.errors import CALL_ERRORS, REPLICA_ERRORS, Mapped, RemoteError
 from backends.cluster.route_table import DeploymentRoute
 from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
@@ -86,6 +89,39 @@ class Replica:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     inflight: int = field(default=0)
     dead: bool = False  # a call saw the actor die: no new requests until the table drops it
+    socket: str = ""  # the replica's socket for deltas (`socket_stream.py`); "": none
+
+
+@functools.cache
+def _this_node() -> str:
+    return str(ray.get_runtime_context().get_node_id())
+
+
+async def _batches(replica: Replica, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
+    """The replica's delta batches: over its socket when it runs on this node (`socket_stream.py`),
+    else over Ray. Closing this early cancels the request in the replica either way."""
+    if replica.socket and replica.node_id == _this_node():
+        over_socket = socket_stream.stream(replica.socket, request, UNREAD_BATCHES)
+        async with contextlib.aclosing(over_socket) as batches:
+            async for batch in batches:
+                yield batch
+        return
+    stream = replica.actor.generate.options(
+        num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
+    ).remote(request)
+    finished = False  # else cancelled on the way out: the reader left early
+    try:
+        async for ref in stream:
+            deltas: list[Delta] = await ref
+            finished = bool(deltas) and deltas[-1].finish_reason is not None
+            yield deltas
+        finished = True
+    except CALL_ERRORS:
+        finished = True
+        raise
+    finally:
+        if not finished:
+            ray.cancel(stream)
 
 
 class ModelRouter:
@@ -116,7 +152,7 @@ class ModelRouter:
         replicas = []
         for r in route.replicas:
             replica = known.get(r.id) or Replica(actor=r.actor, id=r.id)
-            replica.node_id, replica.context_length = r.node_id, r.context_length
+            replica.node_id, replica.context_length, replica.socket = r.node_id, r.context_length, r.socket
             replica.generation_defaults = r.generation_defaults
             replicas.append(replica)
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas
@@ -207,41 +243,33 @@ class ModelRouter:
                 await self._wait_for_replica(tried)
                 replica = self._pick(tried, keys)
                 replica.inflight += 1
-                stream = replica.actor.generate.options(
-                    num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
-                ).remote(request)
-                started = finished = False
+                started = False
                 try:
-                    async for ref in stream:
-                        for delta in await ref:
-                            started = True
-                            if delta.finish_reason is not None:
-                                # The last delta (engine contract): done now, without waiting another
-                                # Ray round trip for the end of the stream (~1-2 ms per request).
-                                finished = True
+                    async with contextlib.aclosing(_batches(replica, request)) as batches:
+                        async for batch in batches:
+                            for delta in batch:
+                                started = True
                                 yield delta
-                                return
-                            yield delta
-                    finished = True
+                                if delta.finish_reason is not None:
+                                    # The last delta (engine contract): done now, without waiting
+                                    # for the end of the stream (a Ray round trip: ~1-2 ms).
+                                    return
                     return
-                except (RayTaskError, RayActorError) as exc:
-                    finished = True
+                except CALL_ERRORS as exc:
                     mapped = self._mapped(exc, replica)
                     if started or not mapped.retry:
                         raise mapped.error from None
                     tried.add(replica.id)
                 finally:
                     replica.inflight -= 1
-                    if not finished:
-                        ray.cancel(stream)
 
         finally:
             self.ongoing -= 1
 
-    def _mapped(self, exc: RayTaskError | RayActorError, replica: Replica) -> Mapped:
+    def _mapped(self, exc: BaseException, replica: Replica) -> Mapped:
         """The typed error for a failed call; a death of the actor itself (not an error its code
         raised, which Ray makes an instance of the cause's type too) marks the replica dead."""
-        if not isinstance(exc, RayTaskError):
+        if not isinstance(exc, RayTaskError | RemoteError):
             replica.dead = True
         mapped = REPLICA_ERRORS.map(exc, self.config.name)
         assert mapped is not None  # the table's last rows match anything

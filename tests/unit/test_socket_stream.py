@@ -1,0 +1,195 @@
+"""backends/cluster/socket_stream.py: a replica's deltas over a real Unix socket, without Ray: every
+batch in order, the replica's typed errors as themselves, the backpressure window, a closed stream
+cancelling the replica's generator, a refused connection retried elsewhere and a vanished replica
+reported as dead; and the router taking this path for a replica on its own node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import pytest
+
+from backends.cluster import router as router_module
+from backends.cluster import socket_stream
+from backends.cluster.errors import REPLICA_ERRORS, RemoteError, ReplicaDiedError, StreamLostError
+from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
+from backends.cluster.socket_stream import SocketServer, stream
+from protocol.config import ModelConfig
+from protocol.errors import BadRequestError, ServiceUnavailableError
+from protocol.generation import Delta, GenerateRequest, SamplingParams
+
+REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
+
+
+def delta(i: int, last: bool = False) -> Delta:
+    return Delta(
+        text=f"t{i}", completion_tokens=i + 1, prompt_tokens=2, finish_reason="stop" if last else None
+    )
+
+
+class FakeWorker:
+    """A replica's `generate`: `n` one-delta batches (None: without end), counting what it made
+    and whether it was closed."""
+
+    def __init__(self, n: int | None = 3, error: BaseException | None = None) -> None:
+        self.n, self.error = n, error
+        self.made = 0
+        self.closed = asyncio.Event()
+        self.requests: list[GenerateRequest] = []
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
+        self.requests.append(request)
+        try:
+            i = 0
+            while self.n is None or i < self.n:
+                if self.error is not None and i == 1:
+                    raise self.error
+                self.made += 1
+                yield [delta(i, last=i + 1 == self.n)]
+                i += 1
+                await asyncio.sleep(0)
+        finally:
+            self.closed.set()
+
+
+async def serving(replica: FakeWorker) -> SocketServer:
+    server = SocketServer(replica.generate)
+    assert await server.start() is not None
+    return server
+
+
+async def test_every_batch_arrives_in_order_and_the_request_reaches_the_replica() -> None:
+    replica = FakeWorker(3)
+    server = await serving(replica)
+    try:
+        assert server.path is not None
+        got = [b async for b in stream(server.path, REQUEST, UNREAD_BATCHES)]
+        assert [[d.text for d in b] for b in got] == [["t0"], ["t1"], ["t2"]]
+        assert got[-1][-1].finish_reason == "stop"
+        assert replica.requests == [REQUEST]
+    finally:
+        server.close()
+
+
+async def test_the_replicas_typed_error_arrives_as_itself() -> None:
+    server = await serving(FakeWorker(3, error=BadRequestError("no such thing", param="tools")))
+    try:
+        assert server.path is not None
+        with pytest.raises(RemoteError) as caught:
+            async for _ in stream(server.path, REQUEST, UNREAD_BATCHES):
+                pass
+        mapped = REPLICA_ERRORS.map(caught.value, "m")
+        assert mapped is not None and not mapped.retry
+        assert isinstance(mapped.error, BadRequestError)
+        assert (mapped.error.message, mapped.error.param) == ("no such thing", "tools")
+    finally:
+        server.close()
+
+
+async def test_an_error_that_does_not_pickle_still_says_what_failed() -> None:
+    class OddError(Exception):
+        def __init__(self, a: int, b: int) -> None:  # pickling calls OddError(msg): fails
+            super().__init__(f"odd {a} {b}")
+
+    server = await serving(FakeWorker(3, error=OddError(1, 2)))
+    try:
+        assert server.path is not None
+        with pytest.raises(RemoteError) as caught:
+            async for _ in stream(server.path, REQUEST, UNREAD_BATCHES):
+                pass
+        assert "OddError: odd 1 2" in str(REPLICA_ERRORS.error(caught.value, "m"))
+    finally:
+        server.close()
+
+
+async def test_a_reader_that_stops_reading_stops_the_replica_within_the_window() -> None:
+    replica = FakeWorker(None)
+    server = await serving(replica)
+    try:
+        assert server.path is not None
+        window = 4
+        batches = stream(server.path, REQUEST, window)
+        await anext(batches)
+        await asyncio.sleep(0.3)  # the replica runs on: it could make thousands of batches
+        assert replica.made <= window + 2, replica.made
+        assert not replica.closed.is_set()
+        await anext(batches)  # reading again lets it go on
+        await asyncio.sleep(0.1)
+        assert replica.made > window
+        await batches.aclose()
+        # Closing the stream cancels the replica's generator (the engine request's abort).
+        await asyncio.wait_for(replica.closed.wait(), 5)
+    finally:
+        server.close()
+
+
+async def test_a_refused_connection_is_retried_elsewhere(tmp_path: object) -> None:
+    with pytest.raises(RemoteError) as caught:
+        async for _ in stream("/nonexistent/replica.sock", REQUEST, UNREAD_BATCHES):
+            pass
+    mapped = REPLICA_ERRORS.map(caught.value, "m")
+    assert mapped is not None and mapped.retry
+    assert isinstance(mapped.error, ServiceUnavailableError)
+
+
+async def test_a_replica_that_vanishes_mid_stream_is_reported_dead(tmp_path: object) -> None:
+    path = f"{tmp_path}/r.sock"
+
+    async def dies(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await socket_stream._read(reader)
+        writer.write(socket_stream._frame(("batch", [delta(0)])))
+        await writer.drain()
+        writer.transport.abort()  # as a killed process's socket
+
+    server = await asyncio.start_unix_server(dies, path)
+    try:
+        got = []
+        with pytest.raises(StreamLostError):
+            async for batch in stream(path, REQUEST, UNREAD_BATCHES):
+                got.append(batch)
+        assert len(got) == 1
+    finally:
+        server.close()
+
+
+async def test_the_router_streams_over_the_socket_of_a_replica_on_its_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(router_module, "_this_node", lambda: "node-a")
+    replica = FakeWorker(3)
+    server = await serving(replica)
+    try:
+        assert server.path is not None
+        # `actor=None`: any Ray call would fail; the deltas can only come over the socket.
+        r = ModelRouter(
+            ModelConfig(name="m", backend="synthetic"), [Replica(None, "a", "node-a", socket=server.path)]
+        )
+        out = [d async for d in r.generate(REQUEST)]
+        assert [d.text for d in out] == ["t0", "t1", "t2"]
+        assert r.replicas[0].inflight == 0
+    finally:
+        server.close()
+
+
+async def test_the_router_reports_a_vanished_replica_as_dead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    monkeypatch.setattr(router_module, "_this_node", lambda: "node-a")
+    path = f"{tmp_path}/r.sock"
+
+    async def dies(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await socket_stream._read(reader)
+        writer.transport.abort()
+
+    server = await asyncio.start_unix_server(dies, path)
+    try:
+        r = ModelRouter(
+            ModelConfig(name="m", backend="synthetic"), [Replica(None, "a", "node-a", socket=path)]
+        )
+        with pytest.raises(ReplicaDiedError):
+            async for _ in r.generate(REQUEST):
+                pass
+        assert r.replicas[0].dead
+    finally:
+        server.close()
