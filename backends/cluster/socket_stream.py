@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 _LENGTH = struct.Struct("!I")
 _ACK = b"\x01"
 SOCKET_NAME = "replica.sock"
+# How long a replica waits for the gateway to close after the last frame before closing itself.
+CLOSE_WAIT_S = 5.0
 # A Unix socket's path must fit `sun_path` (108 bytes with its terminating zero on Linux).
 MAX_PATH = 107
 
@@ -123,7 +125,7 @@ class SocketServer:
         assert me is not None
         sent = acked = 0
         room = asyncio.Event()
-        gone = False
+        gone = done = False
 
         async def acknowledgements() -> None:
             """Counts the gateway's acknowledgements; its end closing cancels the stream."""
@@ -133,23 +135,32 @@ class SocketServer:
                 if sent - acked < window:
                     room.set()
             gone = True
-            me.cancel()
+            if not done:
+                me.cancel()
 
         watcher = asyncio.create_task(acknowledgements())
         try:
-            async with contextlib.aclosing(self._batches(request)) as batches:
-                async for batch in batches:
-                    while sent - acked >= window:
-                        room.clear()
-                        await room.wait()
-                    writer.write(_frame(("batch", batch)))
-                    sent += 1
-            writer.write(_frame(("end", None)))
+            try:
+                async with contextlib.aclosing(self._batches(request)) as batches:
+                    async for batch in batches:
+                        while sent - acked >= window:
+                            room.clear()
+                            await room.wait()
+                        writer.write(_frame(("batch", batch)))
+                        sent += 1
+                last: tuple[str, object] = ("end", None)
+            except Exception as exc:
+                last = ("error", _portable(exc))
+            done = True
+            writer.write(_frame(last))
+            # Close after the gateway (it closes on reading the last frame): a Unix socket closed
+            # with acknowledgements unread resets the other end, and a reset can overtake the
+            # frame still unread there (measured: a replica taken for dead).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher, CLOSE_WAIT_S)
         except asyncio.CancelledError:
             if not gone:
                 raise
-        except Exception as exc:
-            writer.write(_frame(("error", _portable(exc))))
         finally:
             watcher.cancel()
 

@@ -87,6 +87,27 @@ async def test_the_replicas_typed_error_arrives_as_itself() -> None:
         server.close()
 
 
+async def test_the_replica_closes_only_after_the_gateway() -> None:
+    """After its last frame the replica waits for the gateway to close: closing first, with the
+    gateway's acknowledgements unread, resets the gateway's end, and the reset can overtake the
+    frame still unread there (in the ops tests: an engine error taken for a dead replica)."""
+    server = await serving(FakeWorker(3, error=BadRequestError("bad", param="x")))
+    try:
+        assert server.path is not None
+        reader, writer = await asyncio.open_unix_connection(server.path)
+        writer.write(socket_stream._frame((REQUEST, UNREAD_BATCHES)))
+        kinds = []
+        while not kinds or kinds[-1] == "batch":
+            kinds.append((await socket_stream._read(reader))[0])
+            writer.write(socket_stream._ACK)
+        assert kinds == ["batch", "error"]
+        with pytest.raises(TimeoutError):  # neither more bytes nor the end: still open
+            await asyncio.wait_for(reader.read(1), 0.3)
+        writer.close()
+    finally:
+        server.close()
+
+
 async def test_an_error_that_does_not_pickle_still_says_what_failed() -> None:
     class OddError(Exception):
         def __init__(self, a: int, b: int) -> None:  # pickling calls OddError(msg): fails
