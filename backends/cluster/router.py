@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,8 @@ from protocol.generation import (
     TokenizeResult,
 )
 from protocol.sampling_defaults import SamplingDefaults
+
+log = logging.getLogger(__name__)
 
 # Batches (of up to `replica.MAX_DELTAS_PER_YIELD` deltas) a replica may yield ahead of this
 # gateway's reading. A reading client never gets near it: the router awaits each batch at once.
@@ -99,13 +102,20 @@ def _this_node() -> str:
 
 async def _batches(replica: Replica, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
     """The replica's delta batches: over its socket when it runs on this node (`socket_stream.py`),
-    else over Ray. Closing this early cancels the request in the replica either way."""
+    else over Ray. Closing this early cancels the request in the replica either way. A socket that
+    cannot be reached from here (another container on the same node, say) is not tried again: the
+    socket only saves time, and Ray reaches the replica wherever it is."""
     if replica.socket and replica.node_id == _this_node():
-        over_socket = socket_stream.stream(replica.socket, request, UNREAD_BATCHES)
-        async with contextlib.aclosing(over_socket) as batches:
-            async for batch in batches:
-                yield batch
-        return
+        try:
+            over_socket = await socket_stream.open_stream(replica.socket, request, UNREAD_BATCHES)
+        except OSError as exc:
+            log.warning("replica %s: its socket is out of reach (%s); streaming over Ray", replica.id, exc)
+            replica.socket = ""
+        else:
+            async with contextlib.aclosing(over_socket) as batches:
+                async for batch in batches:
+                    yield batch
+            return
     stream = replica.actor.generate.options(
         num_returns="streaming", _generator_backpressure_num_objects=UNREAD_BATCHES
     ).remote(request)

@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from backends.cluster.errors import RemoteError, ReplicaDrainingError, StreamLostError
+from backends.cluster.errors import RemoteError, StreamLostError
 from protocol.generation import Delta, GenerateRequest
 
 log = logging.getLogger(__name__)
@@ -128,12 +128,14 @@ class SocketServer:
         gone = done = False
 
         async def acknowledgements() -> None:
-            """Counts the gateway's acknowledgements; its end closing cancels the stream."""
+            """Counts the gateway's acknowledgements; its end closing cancels the stream. A close
+            while this end was writing reads as a reset (the failed write), not as an end."""
             nonlocal acked, gone
-            while data := await reader.read(4096):
-                acked += len(data)
-                if sent - acked < window:
-                    room.set()
+            with contextlib.suppress(ConnectionError):
+                while data := await reader.read(4096):
+                    acked += len(data)
+                    if sent - acked < window:
+                        room.set()
             gone = True
             if not done:
                 me.cancel()
@@ -165,15 +167,20 @@ class SocketServer:
             watcher.cancel()
 
 
-async def stream(path: str, request: GenerateRequest, window: int) -> AsyncGenerator[list[Delta], None]:
-    """The gateway's end: the replica's batches for `request`. Raises `RemoteError` with what the
-    replica raised (a refused connection: `ReplicaDrainingError`, which the router retries
-    elsewhere), `StreamLostError` if its end went away during the stream (it died). Closing this
-    generator closes the connection, which cancels the request in the replica."""
-    try:
-        reader, writer = await asyncio.open_unix_connection(path)
-    except OSError as exc:  # nothing reached the replica: as safe to send elsewhere as a refusal
-        raise RemoteError(ReplicaDrainingError(f"replica socket {path}: {exc}")) from None
+async def open_stream(path: str, request: GenerateRequest, window: int) -> AsyncGenerator[list[Delta], None]:
+    """The gateway's end: connects (an `OSError` if the socket cannot be reached from here: nothing
+    was sent), then gives the replica's batches for `request`."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    return _batches(reader, writer, request, window)
+
+
+async def _batches(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: GenerateRequest, window: int
+) -> AsyncGenerator[list[Delta], None]:
+    """Raises `RemoteError` with what the replica raised, `StreamLostError` if its end went away
+    during the stream (it died). Closing this generator closes the connection, which cancels the
+    request in the replica."""
+    path = writer.get_extra_info("peername")
     try:
         writer.write(_frame((request, window)))
         while True:

@@ -1,7 +1,7 @@
 """backends/cluster/socket_stream.py: a replica's deltas over a real Unix socket, without Ray: every
 batch in order, the replica's typed errors as themselves, the backpressure window, a closed stream
-cancelling the replica's generator, a refused connection retried elsewhere and a vanished replica
-reported as dead; and the router taking this path for a replica on its own node."""
+cancelling the replica's generator and a vanished replica reported as dead; the router taking this
+path for a replica on its own node, and Ray's when the socket is out of reach."""
 
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ from backends.cluster import router as router_module
 from backends.cluster import socket_stream
 from backends.cluster.errors import REPLICA_ERRORS, RemoteError, ReplicaDiedError, StreamLostError
 from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
-from backends.cluster.socket_stream import SocketServer, stream
+from backends.cluster.socket_stream import SocketServer, open_stream
 from protocol.config import ModelConfig
-from protocol.errors import BadRequestError, ServiceUnavailableError
+from protocol.errors import BadRequestError
 from protocol.generation import Delta, GenerateRequest, SamplingParams
+from tests.unit.test_router import CONFIG, FakeActor, collect, deltas
 
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
 
 
-def delta(i: int, last: bool = False) -> Delta:
+def delta(i: int, last: bool = False, text: str = "") -> Delta:
     return Delta(
-        text=f"t{i}", completion_tokens=i + 1, prompt_tokens=2, finish_reason="stop" if last else None
+        text=text or f"t{i}", completion_tokens=i + 1, prompt_tokens=2, finish_reason="stop" if last else None
     )
 
 
@@ -32,8 +33,8 @@ class FakeWorker:
     """A replica's `generate`: `n` one-delta batches (None: without end), counting what it made
     and whether it was closed."""
 
-    def __init__(self, n: int | None = 3, error: BaseException | None = None) -> None:
-        self.n, self.error = n, error
+    def __init__(self, n: int | None = 3, error: BaseException | None = None, text: str = "") -> None:
+        self.n, self.error, self.text = n, error, text
         self.made = 0
         self.closed = asyncio.Event()
         self.requests: list[GenerateRequest] = []
@@ -46,7 +47,7 @@ class FakeWorker:
                 if self.error is not None and i == 1:
                     raise self.error
                 self.made += 1
-                yield [delta(i, last=i + 1 == self.n)]
+                yield [delta(i, last=i + 1 == self.n, text=self.text)]
                 i += 1
                 await asyncio.sleep(0)
         finally:
@@ -64,7 +65,7 @@ async def test_every_batch_arrives_in_order_and_the_request_reaches_the_replica(
     server = await serving(replica)
     try:
         assert server.path is not None
-        got = [b async for b in stream(server.path, REQUEST, UNREAD_BATCHES)]
+        got = [b async for b in await open_stream(server.path, REQUEST, UNREAD_BATCHES)]
         assert [[d.text for d in b] for b in got] == [["t0"], ["t1"], ["t2"]]
         assert got[-1][-1].finish_reason == "stop"
         assert replica.requests == [REQUEST]
@@ -77,7 +78,7 @@ async def test_the_replicas_typed_error_arrives_as_itself() -> None:
     try:
         assert server.path is not None
         with pytest.raises(RemoteError) as caught:
-            async for _ in stream(server.path, REQUEST, UNREAD_BATCHES):
+            async for _ in await open_stream(server.path, REQUEST, UNREAD_BATCHES):
                 pass
         mapped = REPLICA_ERRORS.map(caught.value, "m")
         assert mapped is not None and not mapped.retry
@@ -117,7 +118,7 @@ async def test_an_error_that_does_not_pickle_still_says_what_failed() -> None:
     try:
         assert server.path is not None
         with pytest.raises(RemoteError) as caught:
-            async for _ in stream(server.path, REQUEST, UNREAD_BATCHES):
+            async for _ in await open_stream(server.path, REQUEST, UNREAD_BATCHES):
                 pass
         assert "OddError: odd 1 2" in str(REPLICA_ERRORS.error(caught.value, "m"))
     finally:
@@ -130,7 +131,7 @@ async def test_a_reader_that_stops_reading_stops_the_replica_within_the_window()
     try:
         assert server.path is not None
         window = 4
-        batches = stream(server.path, REQUEST, window)
+        batches = await open_stream(server.path, REQUEST, window)
         await anext(batches)
         await asyncio.sleep(0.3)  # the replica runs on: it could make thousands of batches
         assert replica.made <= window + 2, replica.made
@@ -145,13 +146,21 @@ async def test_a_reader_that_stops_reading_stops_the_replica_within_the_window()
         server.close()
 
 
-async def test_a_refused_connection_is_retried_elsewhere(tmp_path: object) -> None:
-    with pytest.raises(RemoteError) as caught:
-        async for _ in stream("/nonexistent/replica.sock", REQUEST, UNREAD_BATCHES):
-            pass
-    mapped = REPLICA_ERRORS.map(caught.value, "m")
-    assert mapped is not None and mapped.retry
-    assert isinstance(mapped.error, ServiceUnavailableError)
+async def test_closing_while_the_replica_writes_cancels_it() -> None:
+    """The gateway closes while the replica is still sending (a client dropped mid-answer): the
+    replica's writes then fail and its reads see a reset instead of an end, which must cancel the
+    stream just the same (it once went on to the end of a 10,000-token answer)."""
+    replica = FakeWorker(None, text="x" * 200_000)
+    server = await serving(replica)
+    try:
+        assert server.path is not None
+        batches = await open_stream(server.path, REQUEST, 1_000)
+        await anext(batches)
+        await asyncio.sleep(0.2)  # the replica writes on, far ahead of this reader
+        await batches.aclose()
+        await asyncio.wait_for(replica.closed.wait(), 5)
+    finally:
+        server.close()
 
 
 async def test_a_replica_that_vanishes_mid_stream_is_reported_dead(tmp_path: object) -> None:
@@ -167,7 +176,7 @@ async def test_a_replica_that_vanishes_mid_stream_is_reported_dead(tmp_path: obj
     try:
         got = []
         with pytest.raises(StreamLostError):
-            async for batch in stream(path, REQUEST, UNREAD_BATCHES):
+            async for batch in await open_stream(path, REQUEST, UNREAD_BATCHES):
                 got.append(batch)
         assert len(got) == 1
     finally:
@@ -214,3 +223,15 @@ async def test_the_router_reports_a_vanished_replica_as_dead(
         assert r.replicas[0].dead
     finally:
         server.close()
+
+
+async def test_a_socket_out_of_reach_falls_back_to_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same node id, other file system (a container beside the replica's): nothing was sent, so
+    the request goes over Ray, and so do the next ones."""
+    monkeypatch.setattr(router_module, "_this_node", lambda: "node-a")
+    actor = FakeActor("a", [deltas("over", " ray")])
+    r = ModelRouter(CONFIG, [Replica(actor, "a", "node-a", socket="/nonexistent/replica.sock")])
+    assert [d.text for d in await collect(r.generate(REQUEST))] == ["over", " ray"]
+    assert r.replicas[0].socket == "" and not r.replicas[0].dead
+    await collect(r.generate(REQUEST))
+    assert len(actor.streams) == 2
