@@ -221,19 +221,17 @@ class LlamaModel:
     async def prepare(self, request: GenerateRequest, context_length: int) -> Prepared:
         """Everything a decoder needs, refused (with a 400) before anything is streamed: the
         prompt, the context-length check, and the sampler. Built off the engine thread: grammar
-        compilation reads only the (immutable) vocabulary."""
-        tokens = await asyncio.to_thread(self.prompt_tokens, request)
+        compilation reads only the (immutable) vocabulary. One trip to a worker thread for both:
+        each trip is a thread wake-up and a loop wake-up (~0.2 ms on two busy cores)."""
+        return await asyncio.to_thread(self._prepare, request, context_length)
+
+    def _prepare(self, request: GenerateRequest, context_length: int) -> Prepared:
+        tokens = self.prompt_tokens(request)
         tokens = truncate_prompt(tokens, request.sampling.truncate_prompt_tokens, context_length)
         budget = completion_budget(request, len(tokens), context_length)
         seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
-        sampler = await asyncio.to_thread(
-            sampling_lib.build_sampler,
-            self.llm,
-            request.sampling,
-            request.tools,
-            seed,
-            tokens,
-            context_length,
+        sampler = sampling_lib.build_sampler(
+            self.llm, request.sampling, request.tools, seed, tokens, context_length
         )
         return Prepared(tokens, budget, sampler)
 
