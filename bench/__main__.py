@@ -55,12 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     stem = record["date"] + ("-quick" if args.quick else "") + ("-partial" if args.only else "")
     json_path, png_path = args.out / f"{stem}.json", args.out / f"{stem}.png"
     json_path.write_text(json.dumps(record, indent=1, default=float) + "\n")
-    chart.render(record, png_path)
     tables = f"{report.markdown_targets(rows)}\n\n{report.markdown_runs(record)}\n"
     if record.get("rerank"):
         tables += f"\n{rerank.markdown(record['rerank'])}\n"
     (args.out / f"{stem}.md").write_text(f"# `{record['command']}`, {record['date']}\n\n{tables}")
     print(tables)
+    try:  # last: the numbers are written whether or not a chart can be drawn
+        chart.render(record, png_path)
+    except ImportError as exc:  # `make bench` installs it; a bare `make setup` venv has none
+        print(f"no chart ({exc}): pip install -e '.[bench]'")
     print(f"wrote {json_path}, .md and .png in {record['duration_s']:.0f}s")
     return 0
 
