@@ -3,7 +3,9 @@ engine's use of it, on the real SmolLM2, is in tests/test_prompt_cache.py)."""
 
 from __future__ import annotations
 
-from backends.engines.llama_cpp.prompt_store import PromptStore, pick_slot, runs
+import random
+
+from backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix, pick_slot, runs
 
 
 def test_the_longest_shared_prefix_wins() -> None:
@@ -73,3 +75,22 @@ def test_a_slot_is_chosen_for_its_prefix_then_to_keep_running_slots_together() -
     # A prefix that is most of what a slot holds wins over keeping slots together.
     assert pick_slot(free, cached, used, [5, 6, 7, 8], running=[0, 1]) == 4
     assert runs({0, 1, 3}) == 2 and runs(set()) == 0 and runs({7}) == 1
+
+
+def test_common_prefix_is_the_leading_run_of_equal_tokens() -> None:
+    """Against the plain loop it replaced, on short sequences over a tiny vocabulary (so that
+    long shared runs, full matches and empty inputs all occur), lists and tuples mixed."""
+    rng = random.Random(7)
+
+    def loop(a: list[int], b: list[int]) -> int:
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    for _ in range(5000):
+        a = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        b = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        assert common_prefix(a, b) == common_prefix(tuple(a), b) == loop(a, b), (a, b)

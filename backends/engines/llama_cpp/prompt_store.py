@@ -15,7 +15,7 @@ Pure Python and byte arrays: the engine does the llama.cpp calls, so this is tes
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -29,13 +29,23 @@ class StoredPrompt:
     state: bytearray
 
 
-def common_prefix(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share. Slices compared in C, halving the span each
+    time, rather than a Python loop over every token: admission compares the prompt with every
+    slot and stored state, which share hundreds of tokens after a common opening (0.44 ms per
+    admission for 8 slots and 40 states of ~400 tokens, measured, against ~0.1). A list and a
+    tuple slice never compare equal, so the two are made one type first."""
+    x, y = (a, b) if type(a) is type(b) else (tuple(a), tuple(b))
+    lo, hi = 0, min(len(x), len(y))  # x[:lo] == y[:lo]; the answer is in lo..hi
+    if x[:hi] == y[:hi]:
+        return hi
+    while hi - lo > 1:  # x[:hi] != y[:hi]
+        mid = (lo + hi) // 2
+        if x[lo:mid] == y[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 # A slot is chosen for its cached prefix only if that prefix is at least this share of what the
@@ -82,8 +92,9 @@ class PromptStore:
     def best(self, prompt: list[int]) -> tuple[StoredPrompt | None, int]:
         """The stored state sharing the longest prefix with `prompt`, and that length."""
         found, shared = None, 0
+        key = tuple(prompt)  # the entries' type: compared without a conversion each
         for entry in self._entries.values():
-            n = common_prefix(entry.tokens, prompt)
+            n = common_prefix(entry.tokens, key)
             if n > shared:
                 found, shared = entry, n
         return found, shared
