@@ -94,3 +94,20 @@ def test_common_prefix_is_the_leading_run_of_equal_tokens() -> None:
         a = [rng.randrange(3) for _ in range(rng.randrange(12))]
         b = [rng.randrange(3) for _ in range(rng.randrange(12))]
         assert common_prefix(a, b) == common_prefix(tuple(a), b) == loop(a, b), (a, b)
+
+
+def test_a_copy_reuses_the_buffer_of_a_state_that_left() -> None:
+    """Its pages are mapped already: a fresh buffer costs page faults before the prompt that
+    overwrites the slot can run. Evicted, superseded and restored states all give theirs."""
+    store = PromptStore(capacity=100)
+    first = bytearray(60)
+    store.put([1, 2, 3], first)
+    store.put([4, 5, 6], bytearray(60))  # over capacity: [1, 2, 3] is evicted
+    reused = store.buffer(50)
+    assert reused is first and len(reused) == 50
+    assert store.buffer(50) is not first  # each buffer serves one copy
+    assert len(store.buffer(200)) == 200  # none large enough: a new one
+    entry, _ = store.best([4, 5, 6])
+    assert entry is not None
+    store.take(entry)  # restored into a slot
+    assert store.buffer(10) is entry.state
