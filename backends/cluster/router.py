@@ -161,8 +161,9 @@ class ModelRouter:
         known = {r.id: r for r in self.replicas}
         replicas = []
         for r in route.replicas:
-            replica = known.get(r.id) or Replica(actor=r.actor, id=r.id)
-            replica.node_id, replica.context_length, replica.socket = r.node_id, r.context_length, r.socket
+            # A known replica keeps its socket as this router left it ("" once out of reach).
+            replica = known.get(r.id) or Replica(actor=r.actor, id=r.id, socket=r.socket)
+            replica.node_id, replica.context_length = r.node_id, r.context_length
             replica.generation_defaults = r.generation_defaults
             replicas.append(replica)
         self.config, self.state, self.error, self.replicas = route.spec, route.state, route.error, replicas

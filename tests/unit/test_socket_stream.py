@@ -13,6 +13,7 @@ import pytest
 from backends.cluster import router as router_module
 from backends.cluster import socket_stream
 from backends.cluster.errors import REPLICA_ERRORS, RemoteError, ReplicaDiedError, StreamLostError
+from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
 from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
 from backends.cluster.socket_stream import SocketServer, open_stream
 from protocol.config import ModelConfig
@@ -233,5 +234,8 @@ async def test_a_socket_out_of_reach_falls_back_to_ray(monkeypatch: pytest.Monke
     r = ModelRouter(CONFIG, [Replica(actor, "a", "node-a", socket="/nonexistent/replica.sock")])
     assert [d.text for d in await collect(r.generate(REQUEST))] == ["over", " ray"]
     assert r.replicas[0].socket == "" and not r.replicas[0].dead
+    # The controller's next table names the socket again: this router keeps its own verdict.
+    route = ReplicaRoute("a", actor, "node-a", 2048, socket="/nonexistent/replica.sock")
+    r.update(DeploymentRoute(CONFIG, "ready", None, [route]))
     await collect(r.generate(REQUEST))
-    assert len(actor.streams) == 2
+    assert len(actor.streams) == 2 and r.replicas[0].socket == ""
