@@ -336,3 +336,25 @@ async def test_a_repeat_may_end_at_its_drawn_token(batched: tuple[Engine, Engine
     assert after.prompt_cache_logits_reused_total == before.prompt_cache_logits_reused_total + 1
     assert after.prompt_cache_hits_total == before.prompt_cache_hits_total + 1
     assert after.forward_passes_total == before.forward_passes_total  # nothing evaluated at all
+
+
+async def test_requests_arriving_together_all_restore_one_stored_opening() -> None:
+    """A stored state stays stored when it is restored: several requests after the same opening,
+    arriving together while no slot holds it (a burst after a restart), each copy it into their
+    own slot. When the first restore took it out of the store, every later one evaluated the
+    opening again."""
+    import asyncio
+
+    engine = await _engine(n_seq_max=3)
+    opening = [ChatMessage("system", "You are a careful assistant who answers plainly. " * 12)]
+    await answer(engine, [*opening, ChatMessage("user", "Name a river.")], 4)
+    for key in ("a", "b", "c"):  # three other conversations take the slots: the opening is stored
+        await answer(engine, [ChatMessage("system", SYSTEMS[key] * 4), ChatMessage("user", "Hi.")], 4)
+    before = engine.stats().prompt_cache_restored_total
+    questions = ("Name a mountain.", "Name a city.", "Name a lake.")
+    answers = await asyncio.gather(
+        *(answer(engine, [*opening, ChatMessage("user", q)], 4) for q in questions)
+    )
+    assert engine.stats().prompt_cache_restored_total - before == len(questions)
+    for _, last in answers:
+        assert last.cached_tokens is not None and last.cached_tokens > last.prompt_tokens // 2

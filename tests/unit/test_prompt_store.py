@@ -40,17 +40,6 @@ def test_a_state_larger_than_the_store_or_an_empty_one_is_not_kept() -> None:
     assert len(store) == 0 and store.used == 0
 
 
-def test_a_taken_state_leaves_the_store() -> None:
-    store = PromptStore(100)
-    store.put([5, 6], bytearray(b"ab"))
-    entry, _ = store.best([5, 6, 7])
-    assert entry is not None
-    store.take(entry)
-    assert len(store) == 0 and store.used == 0
-    store.take(entry)  # twice is harmless
-    assert store.used == 0
-
-
 def test_a_state_stored_for_the_same_tokens_is_only_refreshed() -> None:
     store = PromptStore(8)
     store.put([1], bytearray(b"xxxx"))
@@ -98,7 +87,7 @@ def test_common_prefix_is_the_leading_run_of_equal_tokens() -> None:
 
 def test_a_copy_reuses_the_buffer_of_a_state_that_left() -> None:
     """Its pages are mapped already: a fresh buffer costs page faults before the prompt that
-    overwrites the slot can run. Evicted, superseded and restored states all give theirs."""
+    overwrites the slot can run. Evicted and superseded states give theirs."""
     store = PromptStore(capacity=100)
     first = bytearray(60)
     store.put([1, 2, 3], first)
@@ -107,7 +96,7 @@ def test_a_copy_reuses_the_buffer_of_a_state_that_left() -> None:
     assert reused is first and len(reused) == 50
     assert store.buffer(50) is not first  # each buffer serves one copy
     assert len(store.buffer(200)) == 200  # none large enough: a new one
-    entry, _ = store.best([4, 5, 6])
-    assert entry is not None
-    store.take(entry)  # restored into a slot
-    assert store.buffer(10) is entry.state
+    second = store.best([4, 5, 6])[0]
+    assert second is not None
+    store.put([4, 5, 6, 7], bytearray(60))  # extends [4, 5, 6], which it supersedes
+    assert store.buffer(10) is second.state

@@ -321,7 +321,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             cached[slot] = []  # nothing usable restored: the slot is empty
             llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
             return 0
-        self._store.take(entry)
+        # It stays stored: requests that arrive together after the same opening (a burst after a
+        # restart, say) each restore it into their own slot, instead of the first taking it and
+        # the rest evaluating the opening again.
+        self._store.refresh(list(entry.tokens))
         cached[slot] = list(entry.tokens)
         self._stats.prompt_cache_restored_total += 1
         return shared

@@ -114,14 +114,8 @@ class PromptStore:
         self._entries.move_to_end(key)
         return True
 
-    def take(self, entry: StoredPrompt) -> None:
-        """`entry` was restored into a slot: that slot holds it now, so it leaves the store (it
-        comes back if the slot is overwritten again), and its buffer may serve the next copy."""
-        if self._entries.pop(entry.tokens, None) is not None:
-            self._drop(entry)
-
     def buffer(self, size: int) -> bytearray:
-        """A buffer for a state of `size` bytes: one a state that left the store gave up, whose
+        """A buffer for a state of `size` bytes: one an evicted or superseded state gave up, whose
         pages are mapped already, or a new one. A fresh 9 MB buffer costs 2-4 ms in page faults
         (measured), llama.cpp's copy into a mapped one ~0.5 ms, and the copy runs before the
         prompt that overwrites the slot is evaluated."""
