@@ -46,6 +46,12 @@ class StreamLostError(ConnectionError):
 CALL_ERRORS = (RayTaskError, RayActorError, RemoteError, StreamLostError)
 
 
+def remote_cause(exc: BaseException) -> BaseException | None:
+    """What the remote code raised, if `exc` says it raised (over Ray or a replica's socket);
+    None when the callee itself failed (died, vanished) or `exc` is no call error."""
+    return exc.cause if isinstance(exc, RayTaskError | RemoteError) else None
+
+
 class ReplicaDrainingError(RuntimeError):
     """The replica is being stopped and takes no new requests; the caller should pick another."""
 
@@ -106,7 +112,7 @@ class ErrorTable:
 
     def map(self, exc: BaseException, subject: str) -> Mapped | None:
         """The typed error for `exc` (a Ray error, usually), or None if no row matches."""
-        cause = exc.cause if isinstance(exc, RayTaskError | RemoteError) else None
+        cause = remote_cause(exc)
         for row in self.rows:
             found = cause if row.origin == "remote" else exc
             if found is not None and isinstance(found, row.types):

@@ -45,7 +45,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from backends.cluster import socket_stream
 from backends.cluster.affinity import PrefixTable, prefix_keys, prompt_text
-from backends.cluster.errors import CALL_ERRORS, REPLICA_ERRORS, Mapped, RemoteError
+from backends.cluster.errors import CALL_ERRORS, REPLICA_ERRORS, Mapped, remote_cause
 from backends.cluster.route_table import DeploymentRoute
 from protocol.admin import DeploymentState, ScalingEvent
 from protocol.config import ModelConfig
@@ -280,7 +280,7 @@ class ModelRouter:
     def _mapped(self, exc: BaseException, replica: Replica) -> Mapped:
         """The typed error for a failed call; a death of the actor itself (not an error its code
         raised, which Ray makes an instance of the cause's type too) marks the replica dead."""
-        if not isinstance(exc, RayTaskError | RemoteError):
+        if remote_cause(exc) is None:
             replica.dead = True
         mapped = REPLICA_ERRORS.map(exc, self.config.name)
         assert mapped is not None  # the table's last rows match anything
