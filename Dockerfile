@@ -20,7 +20,11 @@ ENV PIP_NO_CACHE_DIR=1 \
 # The same portable flags as the Makefile (no -march=native: the image runs on any x86-64 with AVX2).
 ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
 ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
-RUN CMAKE_ARGS="$CMAKE_ARGS" pip wheel --no-deps --wheel-dir /wheels "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}"
+# The sdist with Raygate's llama.cpp patches (scripts/llama_cpp/: a faster flash-attention kernel
+# that computes the same numbers), as `make setup` builds it.
+COPY scripts/llama_cpp_wheel.py /src/scripts/
+COPY scripts/llama_cpp /src/scripts/llama_cpp
+RUN CMAKE_ARGS="$CMAKE_ARGS" python /src/scripts/llama_cpp_wheel.py --version "${LLAMA_CPP_PYTHON_VERSION}" --out /wheels
 
 WORKDIR /build
 COPY constraints.txt pyproject.toml ./

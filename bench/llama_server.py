@@ -1,10 +1,12 @@
 """llama.cpp's own `llama-server`, built from the llama.cpp sources the pinned llama-cpp-python
-vendors, so the peer runs exactly the kernels Raygate's engines run.
+vendors, so the peer runs the kernels Raygate's engines run (but for the patches Raygate's build
+adds, scripts/llama_cpp/).
 
     python -m bench.llama_server        # build (once; minutes) and print the binary's path
 
-The sdist comes from the package index (`pip download --no-binary`, which uses pip's cache), and
-the build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs
+The sdist comes from the package index (scripts/llama_cpp_wheel.py's `sdist`, which Raygate's own
+patched build uses too; this one stays unpatched: the peer is llama.cpp as published), and the
+build is cached under ~/.cache/raygate/llama-server/llama_cpp_python-<version>/: later runs
 find the binary and start at once. CPU flags are the Makefile's portable ones (`CMAKE_ARGS`,
 exported by `make`), with the server turned on; only the `llama-server` target is built.
 """
@@ -15,10 +17,11 @@ import logging
 import os
 import shlex
 import subprocess
-import sys
 import tarfile
 from importlib import metadata
 from pathlib import Path
+
+from scripts.llama_cpp_wheel import sdist
 
 log = logging.getLogger("bench")
 
@@ -44,20 +47,15 @@ def cmake_args() -> list[str]:
 def binary(version: str | None = None) -> Path:
     """The `llama-server` of llama-cpp-python `version` (the installed one by default), built
     first if the cache has none."""
-    version = version or metadata.version("llama_cpp_python")
+    version = (version or metadata.version("llama_cpp_python")).split("+")[0]  # ours: 0.3.36+raygate.1
     src = CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     exe = src / "build" / "bin" / "llama-server"
     if exe.exists():
         return exe
     CACHE.mkdir(parents=True, exist_ok=True)
-    sdist = CACHE / f"llama_cpp_python-{version}.tar.gz"
-    if not sdist.exists():
-        log.info("downloading the llama-cpp-python %s sdist", version)
-        pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps"]
-        subprocess.run([*pip, "-d", str(CACHE), f"llama-cpp-python=={version}"], check=True)
     if not (src / "CMakeLists.txt").exists():
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
-        with tarfile.open(sdist) as tar:
+        with tarfile.open(sdist(version)) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
             tar.extractall(CACHE, members=members, filter="data")
     log.info("building llama-server %s (once; minutes)", version)

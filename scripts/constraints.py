@@ -49,7 +49,9 @@ def closure() -> dict[str, str]:
                 found = md.distribution(req.name)
             except md.PackageNotFoundError:
                 sys.exit(f"{req.name} is required but not installed: run `make setup` first")
-            pins[key[0]] = found.version
+            # Without a local label: llama-cpp-python is our patched build of the index's version
+            # (scripts/llama_cpp_wheel.py), and `==0.3.36` accepts `0.3.36+raygate.1`.
+            pins[key[0]] = found.version.split("+")[0]
             stack.append(_requirements(found, set(req.extras) | {""}))
     return pins
 
