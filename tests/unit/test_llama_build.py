@@ -12,4 +12,3 @@ from scripts.llama_cpp_wheel import LOCAL_LABEL, pinned_version
 
 def test_the_installed_llama_cpp_is_the_patched_build() -> None:
     assert metadata.version("llama_cpp_python") == f"{pinned_version()}+{LOCAL_LABEL}"
-
