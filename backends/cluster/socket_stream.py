@@ -108,7 +108,15 @@ class SocketServer:
         try:
             try:
                 request, window = await _read(reader)
-            except (asyncio.IncompleteReadError, ConnectionError, pickle.UnpicklingError):
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            except Exception as exc:
+                # Bytes that arrived whole but do not load here (a gateway on other code, mid
+                # upgrade): the gateway hears why, as an error of this request, not a dead replica.
+                unread = RuntimeError(f"the replica could not read the request: {type(exc).__name__}: {exc}")
+                writer.write(_frame(("error", unread)))
+                with contextlib.suppress(TimeoutError, ConnectionError):
+                    await asyncio.wait_for(reader.read(), CLOSE_WAIT_S)  # close after the gateway
                 return
             await self._stream(request, int(window), reader, writer)
         finally:

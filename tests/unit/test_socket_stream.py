@@ -126,6 +126,37 @@ async def test_an_error_that_does_not_pickle_still_says_what_failed() -> None:
         server.close()
 
 
+def _refuse_to_load() -> None:
+    raise ModuleNotFoundError("No module named 'protocol.newer'")
+
+
+class FromNewerCode:
+    """A request this replica's code cannot load (the gateway already upgraded, say)."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return _refuse_to_load, ()
+
+
+async def test_a_request_the_replica_cannot_load_is_an_error_of_that_request() -> None:
+    replica = FakeWorker(3)
+    server = await serving(replica)
+    try:
+        assert server.path is not None
+        with pytest.raises(RemoteError) as caught:
+            async for _ in await open_stream(server.path, FromNewerCode(), UNREAD_BATCHES):  # type: ignore[arg-type]
+                pass
+        error = REPLICA_ERRORS.error(caught.value, "m")  # a 500 that says why, not replica_died
+        assert not isinstance(error, ReplicaDiedError) and not REPLICA_ERRORS.retryable(caught.value)
+        assert error.status_code == 500
+        assert "could not read the request: ModuleNotFoundError" in str(error)
+        assert replica.requests == []
+        # and the replica still serves the next request
+        got = [b async for b in await open_stream(server.path, REQUEST, UNREAD_BATCHES)]
+        assert len(got) == 3
+    finally:
+        server.close()
+
+
 async def test_a_reader_that_stops_reading_stops_the_replica_within_the_window() -> None:
     replica = FakeWorker(None)
     server = await serving(replica)
