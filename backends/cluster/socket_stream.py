@@ -31,8 +31,10 @@ import logging
 import os
 import pickle
 import shutil
+import socket
 import struct
 import tempfile
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
@@ -44,8 +46,12 @@ log = logging.getLogger(__name__)
 _LENGTH = struct.Struct("!I")
 _ACK = b"\x01"
 SOCKET_NAME = "replica.sock"
+SOCKET_DIR_PREFIX = "raygate-"
 # How long a replica waits for the gateway to close after the last frame before closing itself.
 CLOSE_WAIT_S = 5.0
+# A socket directory left by a replica that was killed (a drained one removes its own) is removed
+# by the next replica that starts, once its socket is older than this and refuses connections.
+STALE_AFTER_S = 60.0
 # A Unix socket's path must fit `sun_path` (108 bytes with its terminating zero on Linux).
 MAX_PATH = 107
 
@@ -72,6 +78,31 @@ def _portable(exc: BaseException) -> BaseException:
     return exc
 
 
+def remove_stale_sockets(parent: str, now: float | None = None) -> list[str]:
+    """Remove the socket directories under `parent` whose replica is gone: the socket exists, is
+    older than STALE_AFTER_S (a replica binding right now may refuse for an instant) and refuses
+    a connection. Returns what it removed."""
+    now = time.time() if now is None else now
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for entry in entries:
+            path = os.path.join(entry.path, SOCKET_NAME)
+            if not entry.name.startswith(SOCKET_DIR_PREFIX):
+                continue
+            try:
+                if now - os.lstat(path).st_mtime < STALE_AFTER_S:
+                    continue
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(1.0)
+                    probe.connect(path)
+            except ConnectionRefusedError:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+            except OSError:
+                continue  # no socket there, not ours to enter, or alive but slow: leave it
+    return removed
+
+
 class SocketServer:
     """The replica's end: serves `batches(request)` to each connection (module docstring)."""
 
@@ -84,7 +115,8 @@ class SocketServer:
     async def start(self) -> str | None:
         """Listen; returns the socket's path, or None where no socket can be made (the gateway then
         streams over Ray)."""
-        folder = tempfile.mkdtemp(prefix="raygate-")
+        await asyncio.to_thread(remove_stale_sockets, tempfile.gettempdir())
+        folder = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
         path = os.path.join(folder, SOCKET_NAME)
         if len(path.encode()) > MAX_PATH:
             os.rmdir(folder)

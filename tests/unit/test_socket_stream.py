@@ -1,12 +1,18 @@
 """backends/cluster/socket_stream.py: a replica's deltas over a real Unix socket, without Ray: every
 batch in order, the replica's typed errors as themselves, the backpressure window, a closed stream
-cancelling the replica's generator and a vanished replica reported as dead; the router taking this
-path for a replica on its own node, and Ray's when the socket is out of reach."""
+cancelling the replica's generator and a vanished replica reported as dead, a request the replica
+cannot load answered as an error, a killed replica's socket directory cleared; the router taking
+this path for a replica on its own node, and Ray's when the socket is out of reach."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import tempfile
+import time
 from collections.abc import AsyncGenerator
+from pathlib import Path
 
 import pytest
 
@@ -270,3 +276,35 @@ async def test_a_socket_out_of_reach_falls_back_to_ray(monkeypatch: pytest.Monke
     r.update(DeploymentRoute(CONFIG, "ready", None, [route]))
     await collect(r.generate(REQUEST))
     assert len(actor.streams) == 2 and r.replicas[0].socket == ""
+
+
+async def test_a_killed_replicas_socket_directory_is_removed_by_the_next_replica(tmp_path: Path) -> None:
+    def dead_socket(name: str, age_s: float) -> Path:
+        """What a killed replica leaves: its socket file, bound, with nobody listening."""
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / socket_stream.SOCKET_NAME
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.bind(str(path))
+        os.utime(path, (time.time() - age_s,) * 2)
+        return folder
+
+    killed = dead_socket("raygate-killed", age_s=120)
+    binding = dead_socket("raygate-binding", age_s=0)  # a replica starting right now
+    other = tmp_path / "raygate-llama-cpp-build"  # not a replica's: no socket in it
+    other.mkdir()
+    live = SocketServer(FakeWorker(3).generate)
+    tempfile_dir = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    try:
+        assert await live.start() is not None  # the replica that starts clears what is stale
+        assert live.path is not None
+        os.utime(live.path, (time.time() - 120,) * 2)
+        assert socket_stream.remove_stale_sockets(str(tmp_path)) == []  # alive: kept
+        assert not killed.exists()
+        assert binding.exists() and other.exists()
+        got = [b async for b in await open_stream(live.path, REQUEST, UNREAD_BATCHES)]
+        assert len(got) == 3
+    finally:
+        tempfile.tempdir = tempfile_dir
+        live.close()
