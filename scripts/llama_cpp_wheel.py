@@ -70,7 +70,10 @@ def build(version: str, cmake_args: str) -> Path:
         return wheels[0]
     with tempfile.TemporaryDirectory(prefix="raygate-llama-cpp-") as tmp:
         with tarfile.open(sdist(version)) as tar:
-            tar.extractall(tmp, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:  # Python before 3.11.4 (Debian bookworm's 3.11.2): the index's own sdist
+                tar.extractall(tmp)
         src = Path(tmp) / f"llama_cpp_python-{version}"
         for patch in _patches():
             print(f"applying {patch.name}", file=sys.stderr)
