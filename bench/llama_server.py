@@ -21,7 +21,7 @@ import tarfile
 from importlib import metadata
 from pathlib import Path
 
-from scripts.llama_cpp_wheel import sdist
+from scripts.llama_cpp_wheel import index_version, sdist
 
 log = logging.getLogger("bench")
 
@@ -47,7 +47,7 @@ def cmake_args() -> list[str]:
 def binary(version: str | None = None) -> Path:
     """The `llama-server` of llama-cpp-python `version` (the installed one by default), built
     first if the cache has none."""
-    version = (version or metadata.version("llama_cpp_python")).split("+")[0]  # ours: 0.3.36+raygate.1
+    version = index_version(version or metadata.version("llama_cpp_python"))
     src = CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     exe = src / "build" / "bin" / "llama-server"
     if exe.exists():

@@ -15,6 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from llama_cpp_wheel import index_version  # this folder: scripts/ runs as `python scripts/...`
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -49,9 +50,9 @@ def closure() -> dict[str, str]:
                 found = md.distribution(req.name)
             except md.PackageNotFoundError:
                 sys.exit(f"{req.name} is required but not installed: run `make setup` first")
-            # Without a local label: llama-cpp-python is our patched build of the index's version
-            # (scripts/llama_cpp_wheel.py), and `==0.3.36` accepts `0.3.36+raygate.1`.
-            pins[key[0]] = found.version.split("+")[0]
+            # llama-cpp-python is our patched build: pinned as the index's version, which
+            # `==` matches with the local label too.
+            pins[key[0]] = index_version(found.version)
             stack.append(_requirements(found, set(req.extras) | {""}))
     return pins
 

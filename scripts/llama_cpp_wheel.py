@@ -41,6 +41,12 @@ def pinned_version(constraints: Path = ROOT / "constraints.txt") -> str:
     return found.group(1)
 
 
+def index_version(installed: str) -> str:
+    """The package index's version of an installed llama-cpp-python: ours carries a local label
+    (`0.3.36+raygate.1`), which `pip download` and the pins do not take."""
+    return installed.split("+")[0]
+
+
 def sdist(version: str, into: Path = CACHE / "sdist") -> Path:
     """The llama-cpp-python `version` sdist from the package index (pip's cache first)."""
     path = into / f"llama_cpp_python-{version}.tar.gz"

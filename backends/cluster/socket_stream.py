@@ -78,17 +78,17 @@ def _portable(exc: BaseException) -> BaseException:
     return exc
 
 
-def remove_stale_sockets(parent: str, now: float | None = None) -> list[str]:
+def remove_stale_sockets(parent: str) -> list[str]:
     """Remove the socket directories under `parent` whose replica is gone: the socket exists, is
     older than STALE_AFTER_S (a replica binding right now may refuse for an instant) and refuses
     a connection. Returns what it removed."""
-    now = time.time() if now is None else now
+    now = time.time()
     removed = []
     with contextlib.suppress(OSError), os.scandir(parent) as entries:
         for entry in entries:
-            path = os.path.join(entry.path, SOCKET_NAME)
             if not entry.name.startswith(SOCKET_DIR_PREFIX):
                 continue
+            path = os.path.join(entry.path, SOCKET_NAME)
             try:
                 if now - os.lstat(path).st_mtime < STALE_AFTER_S:
                     continue
