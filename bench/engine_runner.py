@@ -9,13 +9,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from backends.engines.base import Engine
-from backends.engines.factory import make_engine
-from backends.engines.model_files import anchor_source
 from bench.client import Runner
 from bench.metrics import RequestResult
-from protocol.config import ModelConfig
-from protocol.generation import GenerateRequest, SamplingParams
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.model_files import anchor_source
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.generation import GenerateRequest, SamplingParams
 
 
 async def load_engine(config: ModelConfig, base_dir: Path) -> Engine:

@@ -2,8 +2,8 @@
 process instead of behind Ray. The difference between L1 and L2 is the Ray hop; between L0 and L1,
 HTTP + SSE.
 
-Only the controller client differs from `server.app.build_app`: engines are made by the same
-`backends.engines.factory.make_engine` from the same config file, and each model's requests go to its
+Only the controller client differs from `raygate.server.app.build_app`: engines are made by the same
+`raygate.backends.engines.factory.make_engine` from the same config file, and each model's requests go to its
 least-loaded engine, as `ModelRouter` does with replicas.
 
     python -m bench.inproc_app --config bench/configs/bench.yaml --port 8123
@@ -22,22 +22,22 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
-from backends.engines.base import Engine
-from backends.engines.factory import make_engine
-from backends.engines.model_files import anchor_source
-from protocol.config import ModelConfig
-from protocol.errors import ModelNotFoundError
-from protocol.generation import Delta, GenerateRequest
-from protocol.sampling_defaults import SamplingDefaults
-from server.admission import Admission
-from server.auth import KeyStore
-from server.errors import install_error_handlers
-from server.lifecycle import Lifecycle
-from server.metrics import GatewayMetrics
-from server.middleware import GatewayMiddleware
-from server.routes import chat, completions, models
-from server.settings import Settings, load_config
-from server.unknown_fields import UnknownFieldLog
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.model_files import anchor_source
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.errors import ModelNotFoundError
+from raygate.protocol.generation import Delta, GenerateRequest
+from raygate.protocol.sampling_defaults import SamplingDefaults
+from raygate.server.access.auth import KeyStore
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.routes import chat, completions, models
+from raygate.server.serving.admission import Admission
+from raygate.server.settings import Settings, load_config
+from raygate.server.transport.errors import install_error_handlers
+from raygate.server.transport.lifecycle import Lifecycle
+from raygate.server.transport.middleware import GatewayMiddleware
+from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 
 class InProcessRouter:
@@ -100,7 +100,7 @@ def build_app(config_path: Path) -> FastAPI:
         yield
 
     app = FastAPI(title="Raygate L1 (no Ray)", lifespan=lifespan)
-    # The same request machinery as `server.app.build_app` (admission, metrics, middleware), so
+    # The same request machinery as `raygate.server.app.build_app` (admission, metrics, middleware), so
     # L1 differs from L2 by the Ray hop only.
     settings = Settings(config_path=config_path)
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file)

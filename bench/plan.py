@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from protocol.generation import SamplingParams
+from raygate.protocol.generation import SamplingParams
 
 OUTPUT_TOKENS = 128
 LLAMA_SERVER_SLOTS = 8

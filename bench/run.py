@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import yaml
 
-from backends.engines.base import Engine
-from backends.engines.model_files import resolve_model_file
 from bench import forward, llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
-from server.settings import DEFAULT_CONFIG, load_config
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.model_files import resolve_model_file
+from raygate.server.settings import DEFAULT_CONFIG, load_config
 
 log = logging.getLogger("bench")
 

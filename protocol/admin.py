@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from protocol.base import ResponseModel, StrictModel
-from protocol.config import ModelConfig
-from protocol.policies import RoutingConfig
+from raygate.protocol.base import ResponseModel, StrictModel
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.policies import RoutingConfig
 
 ReplicaState = Literal["loading", "ready", "draining", "failed"]
 DeploymentState = Literal["loading", "ready", "degraded", "failed"]

@@ -18,7 +18,7 @@ from pydantic import (
     model_serializer,
 )
 
-from protocol.text import check_text, printable
+from raygate.protocol.text import check_text, printable
 
 
 class RequestModel(BaseModel):

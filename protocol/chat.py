@@ -6,12 +6,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
-from protocol.common import SamplingFields, Usage
-from protocol.errors import BadRequestError
-from protocol.extensions import fold_n_probs
-from protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
-from protocol.tools import (
+from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
+from raygate.protocol.common import SamplingFields, Usage
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.extensions import fold_n_probs
+from raygate.protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
+from raygate.protocol.tools import (
     MAX_TOOLS,
     ChoiceLogprobs,
     ResponseFormat,

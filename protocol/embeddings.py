@@ -10,7 +10,7 @@ from typing import Literal, cast
 
 from pydantic import Field, field_validator
 
-from protocol.base import RequestModel, ResponseModel
+from raygate.protocol.base import RequestModel, ResponseModel
 
 
 def unit_vector(vec: Sequence[float]) -> list[float]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from protocol.text import printable
+from raygate.protocol.text import printable
 
 
 class OpenAIError(Exception):

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from protocol.base import RequestModel, StrictModel
-from protocol.errors import BadRequestError
-from protocol.generation import SamplingParams
+from raygate.protocol.base import RequestModel, StrictModel
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import SamplingParams
 
 MAX_GRAMMAR_CHARS = 32_768
 MAX_REGEX_CHARS = 4_096

@@ -21,10 +21,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from protocol.base import RequestModel
-from protocol.errors import BadRequestError, UnsupportedParameterError
-from protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCall, ToolsSpec
-from protocol.tools import FUNCTION_NAME_PATTERN
+from raygate.protocol.base import RequestModel
+from raygate.protocol.errors import BadRequestError, UnsupportedParameterError
+from raygate.protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCall, ToolsSpec
+from raygate.protocol.tools import FUNCTION_NAME_PATTERN
 
 # -- content blocks ------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import model_serializer
 
-from protocol.base import ResponseModel
-from protocol.errors import OpenAIError
-from protocol.generation import FinishReason
+from raygate.protocol.base import ResponseModel
+from raygate.protocol.errors import OpenAIError
+from raygate.protocol.generation import FinishReason
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn"]
 

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import model_serializer
 
-from protocol.base import ResponseModel
-from protocol.config import Task
+from raygate.protocol.base import ResponseModel
+from raygate.protocol.config import Task
 
 
 class ModelCard(ResponseModel):

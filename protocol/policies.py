@@ -1,8 +1,8 @@
 """A deployment's replica policies: which replica serves a request, and how many replicas run.
 
 Both are blocks of a `models.yaml` entry (`routing:`, `autoscaling:`) that say how the model is
-served rather than what is loaded: the gateway's router (backends/cluster/router.py) applies
-`RoutingConfig` to every request, the controller's autoscaler (backends/cluster/autoscaler.py)
+served rather than what is loaded: the gateway's router (backends/cluster/routing/router.py) applies
+`RoutingConfig` to every request, the controller's autoscaler (backends/cluster/control/autoscaler.py)
 applies `AutoscalingConfig` on every tick, and an update that changes only them is applied in place
 without reloading a replica. They live here, apart from `ModelConfig`'s weights, engine and
 resources (config.py), so the spec module stays the schema of one deployment and these two
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from protocol.base import StrictModel
+from raygate.protocol.base import StrictModel
 
 RoutingPolicy = Literal["least_loaded", "prefix_affinity"]
 

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from protocol.base import NestedOmitsNone, RequestModel, ResponseModel
+from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 
 
 class DocumentText(BaseModel):

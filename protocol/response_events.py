@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from protocol.base import ResponseModel
-from protocol.response_items import OutputItem, OutputTextContent
-from protocol.response_object import ResponseObject
+from raygate.protocol.base import ResponseModel
+from raygate.protocol.response_items import OutputItem, OutputTextContent
+from raygate.protocol.response_object import ResponseObject
 
 
 class ResponseEvent(ResponseModel):

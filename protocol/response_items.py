@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from protocol.base import ResponseModel
-from protocol.generation import ChatMessage, ToolCall
+from raygate.protocol.base import ResponseModel
+from raygate.protocol.generation import ChatMessage, ToolCall
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 

@@ -9,9 +9,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_serializer
 
-from protocol.base import NestedOmitsNone, ResponseModel
-from protocol.response_items import ConversationItem, Item, OutputItem
-from protocol.responses import ResponseStatus, ResponsesTool, TextFormat
+from raygate.protocol.base import NestedOmitsNone, ResponseModel
+from raygate.protocol.response_items import ConversationItem, Item, OutputItem
+from raygate.protocol.responses import ResponseStatus, ResponsesTool, TextFormat
 
 
 class FunctionToolOut(ResponseModel):

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from protocol.base import RequestModel
-from protocol.errors import BadRequestError, OpenAIError, UnsupportedParameterError
-from protocol.generation import SamplingParams, ToolsSpec
-from protocol.response_items import (
+from raygate.protocol.base import RequestModel
+from raygate.protocol.errors import BadRequestError, OpenAIError, UnsupportedParameterError
+from raygate.protocol.generation import SamplingParams, ToolsSpec
+from raygate.protocol.response_items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputMessageItem,
@@ -26,7 +26,7 @@ from protocol.response_items import (
     OutputTextContent,
     item_id,
 )
-from protocol.tools import (
+from raygate.protocol.tools import (
     FUNCTION_NAME_PATTERN,
     FunctionDefinition,
     FunctionName,

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from protocol.base import StrictModel
-from protocol.generation import SamplingParams
+from raygate.protocol.base import StrictModel
+from raygate.protocol.generation import SamplingParams
 
 BodyT = TypeVar("BodyT", bound=BaseModel)
 

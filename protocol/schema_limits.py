@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.text import printable
+from raygate.protocol.text import printable
 
 MAX_REPEAT = 1000  # minLength, maxLength, minItems, maxItems, minProperties, maxProperties, {n,m}
 MAX_REPEAT_TOTAL = 10_000  # their sum over every schema of one request

@@ -14,7 +14,7 @@ import uuid
 
 from pydantic_core import to_json
 
-from protocol.base import ResponseModel
+from raygate.protocol.base import ResponseModel
 
 
 def text_marker() -> str:

@@ -6,11 +6,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from protocol.base import RequestModel, ResponseModel
-from protocol.chat import ChatMessageIn
-from protocol.errors import BadRequestError
-from protocol.generation import ChatMessage, TokenizeRequest, ToolsSpec
-from protocol.tools import MAX_TOOLS, ToolDefinition, tools_spec
+from raygate.protocol.base import RequestModel, ResponseModel
+from raygate.protocol.chat import ChatMessageIn
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import ChatMessage, TokenizeRequest, ToolsSpec
+from raygate.protocol.tools import MAX_TOOLS, ToolDefinition, tools_spec
 
 
 class TokenizeBody(RequestModel):

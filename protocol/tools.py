@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from protocol.base import RequestModel, ResponseModel
-from protocol.generation import FunctionTool, TokenLogprob, ToolCall, ToolsSpec, TopLogprob
-from protocol.schema_limits import SchemaCost, check_schema, check_total, schema_cost
+from raygate.protocol.base import RequestModel, ResponseModel
+from raygate.protocol.generation import FunctionTool, TokenLogprob, ToolCall, ToolsSpec, TopLogprob
+from raygate.protocol.schema_limits import SchemaCost, check_schema, check_total, schema_cost
 
 # OpenAI's documented limits for function names and the number of tools.
 FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -76,7 +76,7 @@ def tools_spec(
     tools: list[ToolDefinition] | None, choice: ToolChoice | None, parallel: bool | None
 ) -> ToolsSpec | None:
     """Normalise `tools` / `tool_choice`; a choice that names nothing offered is a 400."""
-    from protocol.errors import BadRequestError
+    from raygate.protocol.errors import BadRequestError
 
     if not tools:
         if choice is not None and choice != "none":

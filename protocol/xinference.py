@@ -17,9 +17,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
-from protocol.base import RequestModel, ResponseModel, StrictModel
-from protocol.config import NAME_PATTERN, Task
-from protocol.models import ModelCard
+from raygate.protocol.base import RequestModel, ResponseModel, StrictModel
+from raygate.protocol.config import NAME_PATTERN, Task
+from raygate.protocol.models import ModelCard
 
 # Xinference's model types that map onto a Raygate task: `rerank` joins as soon as the deployment
 # spec has `task: rerank` (protocol/config.py `Task`).

@@ -15,19 +15,15 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from backends.cluster import connection as ray_connection
-from backends.cluster.controller import connect_controller
-from backends.cluster.controller_client import ControllerClient
-from backends.cluster.response_db import StoreLimits
-from backends.cluster.response_store import ResponseStoreClient, connect_response_store
-from server.admission import Admission, ModelGate
-from server.auth import KeyStore
-from server.errors import install_error_handlers
-from server.lifecycle import Lifecycle
-from server.metrics import GatewayMetrics
-from server.metrics_history import MetricsHistory
-from server.middleware import GatewayMiddleware
-from server.routes import (
+from raygate.backends.cluster.control.controller import connect_controller
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.stores.response_db import StoreLimits
+from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
+from raygate.server.access.auth import KeyStore
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.metrics_history import MetricsHistory
+from raygate.server.routes import (
     admin,
     chat,
     completions,
@@ -41,8 +37,12 @@ from server.routes import (
     ui,
     xinference,
 )
-from server.settings import Settings, builtin_specs, load_config, seed_specs
-from server.unknown_fields import UnknownFieldLog
+from raygate.server.serving.admission import Admission, ModelGate
+from raygate.server.settings import Settings, builtin_specs, load_config, seed_specs
+from raygate.server.transport.errors import install_error_handlers
+from raygate.server.transport.lifecycle import Lifecycle
+from raygate.server.transport.middleware import GatewayMiddleware
+from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def build_app(settings: Settings) -> FastAPI:
             log.info("web console at http://%s:%d/ui", settings.host, settings.port)
             yield
         finally:
-            if sampler is not None:  # the console's charts (server/metrics_history.py)
+            if sampler is not None:  # the console's charts (server/observability/metrics_history.py)
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler

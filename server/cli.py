@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from client.commands import add_client_commands, run_client
-from server.settings import (
+from raygate.client.commands import add_client_commands, run_client
+from raygate.server.settings import (
     DEFAULT_CONFIG,
     DEFAULT_CORS_HEADERS,
     DEFAULT_CORS_METHODS,
@@ -289,11 +289,11 @@ def _read_key_file(path: Path | None) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from server.app import build_app
-    from server.exposure import check_exposure
-    from server.http_limits import limited_protocol
-    from server.lifecycle import STOP_GRACE_S, DrainingServer
-    from server.logs import configure_logging
+    from raygate.server.access.exposure import check_exposure
+    from raygate.server.app import build_app
+    from raygate.server.observability.logs import configure_logging
+    from raygate.server.transport.http_limits import limited_protocol
+    from raygate.server.transport.lifecycle import STOP_GRACE_S, DrainingServer
 
     try:
         admin_key = args.admin_key or _read_key_file(args.admin_key_file)
@@ -335,12 +335,12 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         for warning in check_exposure(settings, bool(settings.api_keys or settings.api_keys_file)):
-            logging.getLogger("server.exposure").warning("%s", warning)
+            logging.getLogger("raygate.server.access.exposure").warning("%s", warning)
         app = build_app(settings)
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
-    # uvicorn shuts down on SIGTERM/SIGINT (after our drain, server/lifecycle.py), then re-raises
+    # uvicorn shuts down on SIGTERM/SIGINT (after our drain, server/transport/lifecycle.py), then re-raises
     # the signal against the handlers it found: make that a clean exit, since the shutdown has
     # already completed.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -351,7 +351,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=settings.log_level,
         log_config=None,  # uvicorn's records go through our handler (request id, JSON)
-        access_log=False,  # server/middleware.py writes the access log, with the request id
+        access_log=False,  # server/transport/middleware.py writes the access log, with the request id
         timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
         http=limited_protocol(
             settings.max_header_bytes, settings.header_timeout_s, settings.stream_stall_timeout_s

@@ -16,17 +16,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from protocol.errors import OpenAIError
+from raygate.protocol.errors import OpenAIError
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from server.auth import ApiKey
+    from raygate.server.access.auth import ApiKey
 
 T = TypeVar("T")
 SCOPE_KEY = "raygate.context"
 
-# The request id of the request the current task serves, for log records (server/logs.py). A
+# The request id of the request the current task serves, for log records (server/observability/logs.py). A
 # context variable is per task, so concurrent requests never see each other's id.
 REQUEST_ID: ContextVar[str] = ContextVar("raygate_request_id", default="-")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from backends.cluster.registrations import load_registrations
-from backends.cluster.state_file import StateFileError, load_specs, state_file
-from backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
-from protocol.base import describe_errors
-from protocol.config import GatewayConfig, ModelConfig
+from raygate.backends.cluster.control.registrations import load_registrations
+from raygate.backends.cluster.stores.state_file import StateFileError, load_specs, state_file
+from raygate.backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
+from raygate.protocol.base import describe_errors
+from raygate.protocol.config import GatewayConfig, ModelConfig
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.yaml"
@@ -66,16 +66,16 @@ class Settings:
     sse_ping_s: float = 15.0
     # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
     drain_timeout_s: float = 30.0
-    # Exposure: listening beyond loopback without an admin key needs this (server/exposure.py).
+    # Exposure: listening beyond loopback without an admin key needs this (server/access/exposure.py).
     allow_open_admin: bool = False
     # Without an admin key, refuse /admin (403) instead of serving it open: the image's default.
     closed_admin: bool = False
-    # HTTP: the request head's size and time limits, and idle keep-alive (server/http_limits.py).
+    # HTTP: the request head's size and time limits, and idle keep-alive (server/transport/http_limits.py).
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
     # A client whose socket accepted nothing for this long is dropped and its engine request
-    # aborted (server/write_stall.py); 0 never drops.
+    # aborted (server/transport/write_stall.py); 0 never drops.
     stream_stall_timeout_s: float = 60.0
     # Sequences one generating request may start: prompts x `n` (server/serving/base.py).
     max_sequences: int = 64

@@ -14,8 +14,8 @@ import openai
 import pytest
 import ray
 
-from backends.cluster import connection
-from backends.cluster.connection import NAMESPACE
+from raygate.backends.cluster.runtime import connection
+from raygate.backends.cluster.runtime.connection import NAMESPACE
 from tests.support import postmortem
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 

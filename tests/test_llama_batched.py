@@ -18,12 +18,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from backends.engines.base import Engine
-from backends.engines.factory import make_engine
-from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
-from protocol.config import ModelConfig, ModelSource
-from protocol.errors import ContextLengthExceededError, UnsupportedParameterError
-from protocol.generation import (
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.errors import ContextLengthExceededError, UnsupportedParameterError
+from raygate.protocol.generation import (
     ChatMessage,
     Delta,
     FunctionTool,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support.gateway import REPO
@@ -70,25 +72,86 @@ def test_ci_runs_the_readme_test_command_then_the_image() -> None:
     assert any("exit 1" in line for line in lines)  # no Docker and nothing to prepare it: red
 
 
-def test_wheel_ships_the_web_console(tmp_path: Path) -> None:
+def _wheel(project: Path, out: Path) -> Path:
+    """Build `project`'s wheel offline with this venv's setuptools."""
+    r = subprocess.run(
+        [str(BIN / "pip"), "wheel", "--no-deps", "--no-build-isolation", "-q", str(project), "-w", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def raygate_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _wheel(REPO, tmp_path_factory.mktemp("wheel"))
+
+
+def test_wheel_ships_the_web_console(raygate_wheel: Path) -> None:
     """Every file the console serves (server/ui/) is in the wheel: /ui works from an install, offline."""
+    with zipfile.ZipFile(raygate_wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("raygate/server/ui/")}
+    expected = {f"raygate/server/ui/{p.name}" for p in (REPO / "server" / "ui").iterdir() if p.is_file()}
+    assert "raygate/server/ui/index.html" in expected and expected <= shipped
+
+
+def test_wheel_installs_one_namespace(raygate_wheel: Path) -> None:
+    """The wheel's top level is `raygate` and its metadata, nothing generic like `server`."""
+    with zipfile.ZipFile(raygate_wheel) as z:
+        tops = {n.split("/", 1)[0] for n in z.namelist()}
+        top_level = next(n for n in z.namelist() if n.endswith(".dist-info/top_level.txt"))
+        assert z.read(top_level).decode().split() == ["raygate"]
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"raygate"}
+
+
+def test_wheel_installs_beside_a_distribution_with_a_top_level_server(
+    raygate_wheel: Path, tmp_path: Path
+) -> None:
+    """Another distribution's `server` package and Raygate live in one environment, each whole."""
+    other = tmp_path / "other"
+    (other / "server").mkdir(parents=True)
+    (other / "server" / "__init__.py").write_text('WHO = "another distribution"\n')
+    (other / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=69"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "another-server"\nversion = "1.0"\n'
+        '[tool.setuptools]\npackages = ["server"]\n'
+    )
+    other_wheel = _wheel(other, tmp_path / "other-dist")
+    target = tmp_path / "site"
     r = subprocess.run(
         [
             str(BIN / "pip"),
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
+            "install",
             "-q",
-            str(REPO),
-            "-w",
-            str(tmp_path),
+            "--no-deps",
+            "--target",
+            str(target),
+            str(other_wheel),
+            str(raygate_wheel),
         ],
         capture_output=True,
         text=True,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    (wheel,) = tmp_path.glob("raygate-*.whl")
-    with zipfile.ZipFile(wheel) as z:
-        shipped = {n for n in z.namelist() if n.startswith("server/ui/")}
-    expected = {f"server/ui/{p.name}" for p in (REPO / "server" / "ui").iterdir() if p.is_file()}
-    assert "server/ui/index.html" in expected and expected <= shipped
+    # Outside the repository (whose folders would be importable from its root), with the target
+    # first on the path; the rest of Raygate's dependencies come from this venv.
+    check = (
+        "import server, raygate.server.app, raygate.server.cli\n"
+        "from raygate.server.routes.ui import ASSETS\n"
+        f"site = {str(target)!r}\n"
+        "assert server.WHO == 'another distribution', server.__file__\n"
+        "assert raygate.server.app.__file__.startswith(site), raygate.server.app.__file__\n"
+        "assert (ASSETS / 'index.html').is_file() and str(ASSETS).startswith(site)\n"
+        "raygate.server.cli.main(['--help'])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", check],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "serve" in r.stdout

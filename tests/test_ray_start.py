@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from backends.cluster.connection import START_ATTEMPTS
+from raygate.backends.cluster.runtime.connection import START_ATTEMPTS
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import REPO, start_gateway
 

@@ -25,8 +25,8 @@ import pytest
 
 from bench.servers import Server as GatewayProcess
 from bench.servers import descendants, free_port, wait_healthy
-from protocol import schema_limits as limits
-from server.unknown_fields import MAX_LOGGED
+from raygate.protocol import schema_limits as limits
+from raygate.server.transport.unknown_fields import MAX_LOGGED
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.support.gateway import RAYGATE, REPO, start_gateway
 from tests.support.redteam import (
@@ -668,8 +668,8 @@ def test_a_killed_gateway_leaves_no_ray_process_behind(tmp_path: Path) -> None:
     gateway by about a minute here). Watchdog killed too: the next embedded start cleans up."""
     first = _start_embedded(tmp_path, "first")
     tree = descendants(first.proc.pid)
-    ray_procs = [p for p in tree if "backends.cluster.embedded" not in _cmdline(p)]
-    watchdog = [p for p in tree if "backends.cluster.embedded" in _cmdline(p)]
+    ray_procs = [p for p in tree if "raygate.backends.cluster.runtime.embedded" not in _cmdline(p)]
+    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in _cmdline(p)]
     assert len(watchdog) == 1 and any("raylet" in _cmdline(p) for p in ray_procs), [_cmdline(p) for p in tree]
     first.proc.send_signal(signal.SIGKILL)
     first.stop()
@@ -678,7 +678,7 @@ def test_a_killed_gateway_leaves_no_ray_process_behind(tmp_path: Path) -> None:
 
     second = _start_embedded(tmp_path, "second")
     tree = descendants(second.proc.pid)
-    watchdog = [p for p in tree if "backends.cluster.embedded" in _cmdline(p)]
+    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in _cmdline(p)]
     os.kill(watchdog[0], signal.SIGKILL)
     second.proc.send_signal(signal.SIGKILL)
     second.stop()

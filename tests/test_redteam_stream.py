@@ -23,9 +23,9 @@ import httpx
 import pytest
 import ray
 
-from backends.cluster.replica import MAX_DELTAS_PER_YIELD
-from backends.cluster.router import UNREAD_BATCHES
 from bench.servers import Server as GatewayProcess
+from raygate.backends.cluster.routing.replica import MAX_DELTAS_PER_YIELD
+from raygate.backends.cluster.routing.router import UNREAD_BATCHES
 from tests.conftest import replica_actors, replica_stats
 from tests.support.gateway import start_gateway
 from tests.support.ops import wait_for
@@ -187,7 +187,7 @@ def test_a_client_that_reads_nothing_holds_the_engine_back_and_is_dropped(gw: Ga
 def test_a_slow_but_steady_reader_is_not_dropped(gw: GatewayProcess) -> None:
     """The timeout is on a client that reads *nothing*: one that keeps reading, more slowly than
     the engine writes and for longer than the stall timeout, keeps its stream. (How slow may be
-    is the kernel's call: server/write_stall.py.)"""
+    is the kernel's call: server/transport/write_stall.py.)"""
     _, aborted_before = _totals(LONG)
     body = {"model": LONG, "prompt": "x", "max_tokens": 10_000, "stream": True}  # 20 MB
     sock = _open_stream(gw, body, "slow-1", rcvbuf=None)

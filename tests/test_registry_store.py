@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.cluster.placement import infeasible_reason, replica_demand
-from backends.cluster.state_file import StateFileError, load_specs, save_specs, state_file
-from protocol.config import ModelConfig
+from raygate.backends.cluster.runtime.placement import infeasible_reason, replica_demand
+from raygate.backends.cluster.stores.state_file import StateFileError, load_specs, save_specs, state_file
+from raygate.protocol.config import ModelConfig
 
 SPECS = [
     ModelConfig.model_validate(
@@ -43,7 +43,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.M
     def disk_full(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("backends.cluster.state_file.os.replace", disk_full)
+    monkeypatch.setattr("raygate.backends.cluster.stores.state_file.os.replace", disk_full)
     with pytest.raises(OSError, match="No space"):
         save_specs(tmp_path, SPECS[:1])
     monkeypatch.undo()

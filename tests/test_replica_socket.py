@@ -1,5 +1,5 @@
 """A gateway streams from a replica on its own node over the replica's Unix socket
-(backends/cluster/socket_stream.py), not through Ray: while a stream is open the replica's socket
+(backends/cluster/routing/socket_stream.py), not through Ray: while a stream is open the replica's socket
 holds one more connection, and it closes when the stream ends. Without this check a replica that
 could not make its socket would fall back to Ray silently, and only the benchmark would notice.
 (The two-node cluster tests cover the Ray path: there the replicas are on another node.)"""

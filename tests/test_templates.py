@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.chat import ChatChunkChoice, ChatCompletionChunk, ChatDelta
-from protocol.completions import Completion, CompletionChoice
-from protocol.templates import TextTemplate, text_marker
+from raygate.protocol.chat import ChatChunkChoice, ChatCompletionChunk, ChatDelta
+from raygate.protocol.completions import Completion, CompletionChoice
+from raygate.protocol.templates import TextTemplate, text_marker
 
 TEXTS = [
     "",

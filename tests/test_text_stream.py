@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.engines.text_stream import StopMatcher, Utf8Stream
+from raygate.backends.engines.text_stream import StopMatcher, Utf8Stream
 
 
 def run(stops: list[str], pieces: list[str]) -> tuple[str, bool]:

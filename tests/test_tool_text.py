@@ -8,8 +8,8 @@ import json
 import jsonschema
 import pytest
 
-from backends.engines.tool_calls import ToolCallParser, call_schema, render_messages
-from protocol.generation import ChatMessage, FunctionTool, ToolCall, ToolCallDelta, ToolsSpec
+from raygate.backends.engines.tool_calls import ToolCallParser, call_schema, render_messages
+from raygate.protocol.generation import ChatMessage, FunctionTool, ToolCall, ToolCallDelta, ToolsSpec
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, {"x": "}"}]}}\n</tool_call>'
 

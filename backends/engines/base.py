@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from protocol.errors import (
+from raygate.protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
     EngineError,
     UnsupportedParameterError,
 )
-from protocol.generation import (
+from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backends.engines import tool_calls
-from protocol.generation import Delta, FinishReason, TokenLogprob, ToolCallDelta
+from raygate.backends.engines import tool_calls
+from raygate.protocol.generation import Delta, FinishReason, TokenLogprob, ToolCallDelta
 
 
 class DeltaBuilder:

@@ -3,21 +3,21 @@ the replica, so the gateway process never loads them."""
 
 from __future__ import annotations
 
-from backends.engines.base import Engine
-from backends.engines.model_files import resolve_model_file
-from protocol.config import ModelConfig
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.model_files import resolve_model_file
+from raygate.protocol.config import ModelConfig
 
 
 def make_engine(config: ModelConfig) -> Engine:
     if config.backend == "synthetic":
-        from backends.engines.synthetic.engine import SyntheticEngine
+        from raygate.backends.engines.synthetic.engine import SyntheticEngine
 
         return SyntheticEngine(config.engine)
     if config.source is None:
         raise ValueError(f"model `{config.name}` has no `source`")
     path = resolve_model_file(config.source, folder=config.backend == "vllm")
     if config.backend == "vllm":
-        from backends.engines.vllm.engine import VllmEngine
+        from raygate.backends.engines.vllm.engine import VllmEngine
 
         return VllmEngine(
             str(path),
@@ -31,11 +31,11 @@ def make_engine(config: ModelConfig) -> Engine:
         and config.task == "generate"
         and int(config.engine.get("n_seq_max", 1)) > 1
     ):
-        from backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+        from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 
         return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine)
     if config.backend == "llama_cpp":
-        from backends.engines.llama_cpp.engine import LlamaCppEngine
+        from raygate.backends.engines.llama_cpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(
             str(path),

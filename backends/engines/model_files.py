@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from protocol.config import ModelConfig, ModelSource
-from protocol.sampling_defaults import SamplingDefaults
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.sampling_defaults import SamplingDefaults
 
 GENERATION_CONFIG = "generation_config.json"
 

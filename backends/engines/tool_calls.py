@@ -22,8 +22,8 @@ import re
 import uuid
 from typing import Any
 
-from protocol.errors import UnsupportedParameterError
-from protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCallDelta, ToolsSpec
+from raygate.protocol.errors import UnsupportedParameterError
+from raygate.protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCallDelta, ToolsSpec
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from backends.cluster.controller_client import ControllerClient
-from protocol.admin import DeploymentList, DeploymentStatus, ScaleRequest, UndeployResult
-from protocol.admin import MetricsHistory as MetricsHistoryBody
-from protocol.config import ModelConfig
-from server.admin_auth import require_admin_key
-from server.metrics_history import MetricsHistory
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.admin import DeploymentList, DeploymentStatus, ScaleRequest, UndeployResult
+from raygate.protocol.admin import MetricsHistory as MetricsHistoryBody
+from raygate.protocol.config import ModelConfig
+from raygate.server.access.admin_auth import require_admin_key
+from raygate.server.observability.metrics_history import MetricsHistory
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin_key)])
 
@@ -66,6 +66,6 @@ async def undeploy(
 @router.get("/metrics")
 async def metrics_history(request: Request) -> MetricsHistoryBody:
     """The last minutes of the gateway's metrics per model, for the web console's charts
-    (server/metrics_history.py); Prometheus' `/metrics` has the same facts as counters."""
+    (server/observability/metrics_history.py); Prometheus' `/metrics` has the same facts as counters."""
     history: MetricsHistory = request.app.state.metrics_history
     return history.series()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.chat import ChatCompletionRequest
-from server.serving.chat import ChatServing
+from raygate.protocol.chat import ChatCompletionRequest
+from raygate.server.serving.chat import ChatServing
 
 router = APIRouter()
 

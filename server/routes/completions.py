@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.completions import CompletionRequest
-from server.serving.completions import CompletionServing
+from raygate.protocol.completions import CompletionRequest
+from raygate.server.serving.completions import CompletionServing
 
 router = APIRouter()
 

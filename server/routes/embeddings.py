@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.embeddings import EmbeddingRequest
-from server.serving.embeddings import EmbeddingServing
+from raygate.protocol.embeddings import EmbeddingRequest
+from raygate.server.serving.embeddings import EmbeddingServing
 
 router = APIRouter()
 

@@ -1,14 +1,14 @@
 """`POST /v1/messages` and `POST /v1/messages/count_tokens` (Anthropic's Messages API): the routes;
 the work is `server/serving/messages.py`'s. Errors on these paths take Anthropic's shape
-(server/errors.py)."""
+(server/transport/errors.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.messages import CountTokensRequest, MessagesRequest
-from server.serving.messages import CountTokensServing, MessagesServing
+from raygate.protocol.messages import CountTokensRequest, MessagesRequest
+from raygate.server.serving.messages import CountTokensServing, MessagesServing
 
 router = APIRouter()
 

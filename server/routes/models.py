@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from backends.cluster.controller_client import ControllerClient
-from protocol.extensions import supported_extensions
-from protocol.models import ModelCard, ModelList
-from protocol.xinference import (
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.extensions import supported_extensions
+from raygate.protocol.models import ModelCard, ModelList
+from raygate.protocol.xinference import (
     ENGINE_FORMATS,
     ENGINE_OF_BACKEND,
     TASK_ABILITY,
     TASK_MODEL_TYPE,
     XinferenceModelCard,
 )
-from server.auth import check_model_access
-from server.context import request_context
+from raygate.server.access.auth import check_model_access
+from raygate.server.context import request_context
 
 router = APIRouter()
 

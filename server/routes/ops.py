@@ -9,10 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from backends.cluster.controller_client import ControllerClient
-from protocol.errors import ServiceUnavailableError
-from server.lifecycle import Lifecycle
-from server.metrics import GatewayMetrics
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.errors import ServiceUnavailableError
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.transport.lifecycle import Lifecycle
 
 router = APIRouter()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.rerank import RerankRequest, ScoreRequest
-from server.serving.rerank import RerankServing, ScoreServing
+from raygate.protocol.rerank import RerankRequest, ScoreRequest
+from raygate.server.serving.rerank import RerankServing, ScoreServing
 
 router = APIRouter()
 

@@ -1,5 +1,5 @@
 """`/v1/responses`: create (the work is `server/serving/responses.py`'s), retrieve, delete, and
-list a stored response's input items (`server/serving/response_store.py`)."""
+list a stored response's input items (`server/serving/stored_responses.py`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.responses import CreateResponseRequest
-from server.serving import response_store
-from server.serving.base import json_response
-from server.serving.responses import ResponsesServing
+from raygate.protocol.responses import CreateResponseRequest
+from raygate.server.serving import stored_responses
+from raygate.server.serving.base import json_response
+from raygate.server.serving.responses import ResponsesServing
 
 router = APIRouter()
 
@@ -23,12 +23,12 @@ async def create_response(body: CreateResponseRequest, request: Request) -> Resp
 
 @router.get("/v1/responses/{response_id}", response_model=None)
 async def retrieve_response(response_id: str, request: Request) -> Response:
-    return json_response((await response_store.retrieve(request, response_id)).response)
+    return json_response((await stored_responses.retrieve(request, response_id)).response)
 
 
 @router.delete("/v1/responses/{response_id}", response_model=None)
 async def delete_response(response_id: str, request: Request) -> Response:
-    return json_response(await response_store.delete(request, response_id))
+    return json_response(await stored_responses.delete(request, response_id))
 
 
 @router.get("/v1/responses/{response_id}/input_items", response_model=None)
@@ -39,4 +39,4 @@ async def list_input_items(
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> Response:
-    return json_response(await response_store.input_items(request, response_id, limit, order, after))
+    return json_response(await stored_responses.input_items(request, response_id, limit, order, after))

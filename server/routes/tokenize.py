@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from protocol.tokenize import DetokenizeBody, TokenizeBody
-from server.serving.tokenize import DetokenizeServing, TokenizeServing
+from raygate.protocol.tokenize import DetokenizeBody, TokenizeBody
+from raygate.server.serving.tokenize import DetokenizeServing, TokenizeServing
 
 router = APIRouter()
 

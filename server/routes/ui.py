@@ -32,7 +32,7 @@ TYPES = {
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
 }
-ASSETS = resources.files("server") / "ui"
+ASSETS = resources.files("raygate.server") / "ui"
 
 
 def _asset(name: str) -> Response:

@@ -2,8 +2,8 @@
 
 Thin: each route is one controller call. Registering, launching and terminating change the
 registry, so they want the admin key exactly as `/admin` does (`require_admin_key`; the middleware
-leaves these paths to it, `server/admin_auth.is_admin_path`). Errors carry Xinference's `detail`
-beside OpenAI's `error` (server/errors.py): Xinference's client shows `detail`.
+leaves these paths to it, `server/access/admin_auth.is_admin_path`). Errors carry Xinference's `detail`
+beside OpenAI's `error` (server/transport/errors.py): Xinference's client shows `detail`.
 
 `GET /v1/models/{uid}` stays in routes/models.py, where OpenAI clients read it too.
 """
@@ -16,11 +16,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from backends.cluster.controller_client import ControllerClient
-from protocol.admin import DeploymentStatus
-from protocol.errors import BadRequestError, ModelNotFoundError
-from protocol.xinference import LaunchRequest, LaunchResult, ModelFamily, RegisterRequest
-from server.admin_auth import require_admin_key
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.admin import DeploymentStatus
+from raygate.protocol.errors import BadRequestError, ModelNotFoundError
+from raygate.protocol.xinference import LaunchRequest, LaunchResult, ModelFamily, RegisterRequest
+from raygate.server.access.admin_auth import require_admin_key
 
 router = APIRouter(tags=["xinference"])
 admin = [Depends(require_admin_key)]

@@ -8,7 +8,7 @@ closures passed around.
 `Serving` is the base of every endpoint that reaches a model: it names the endpoint (for the
 unknown-field log and error messages) and the task a model must serve, and resolves the model
 into an admitted `ModelHandle`, through which every engine call goes (admission wait, deadlines,
-engine request ids, metrics: server/guard.py).
+engine request ids, metrics: server/serving/handle.py).
 
 `GenerationServing` adds the steps every generating endpoint shares, in this order:
 
@@ -18,8 +18,8 @@ engine request ids, metrics: server/guard.py).
 2. turn the body into engine requests, one per sequence (`sequences`: n samples of each prompt),
    at most `--max-sequences` of them (`prompt_count` x n, checked before any is built: 400), and
    set the defaults the body has no field for (`SamplingDefaults.beyond`);
-3. run them as one stream of `(choice index, Delta)` (server/fanout.py `merge`);
-4. stream it as server-sent events (server/streaming.py `sse_response`: a failure before the first
+3. run them as one stream of `(choice index, Delta)` (server/serving/fanout.py `merge`);
+4. stream it as server-sent events (server/serving/streaming.py `sse_response`: a failure before the first
    chunk is still an HTTP error, later ones travel in-band; a disconnect cancels the stream, which
    aborts the engine requests), or collect it into a `Tally` and render one body, answering 499
    when the client left first (the engine requests are aborted too).
@@ -40,19 +40,19 @@ from typing import ClassVar, Generic, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from backends.streams import closing
-from protocol.base import RequestModel, ResponseModel
-from protocol.common import Usage
-from protocol.config import Task
-from protocol.generation import Delta, GenerateRequest
-from server.fanout import merge
-from server.guard import ModelHandle
-from server.ids import new_id
-from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
-from server.serving.resolve import resolve_model
-from server.serving.sequence_cap import check_sequence_count
-from server.serving.tally import Tally
-from server.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
+from raygate.backends.streams import closing
+from raygate.protocol.base import RequestModel, ResponseModel
+from raygate.protocol.common import Usage
+from raygate.protocol.config import Task
+from raygate.protocol.generation import Delta, GenerateRequest
+from raygate.server.serving.collect import CLIENT_CLOSED_REQUEST, collect
+from raygate.server.serving.fanout import merge
+from raygate.server.serving.handle import ModelHandle
+from raygate.server.serving.ids import new_id
+from raygate.server.serving.resolve import resolve_model
+from raygate.server.serving.sequence_cap import check_sequence_count
+from raygate.server.serving.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
+from raygate.server.serving.tally import Tally
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,9 @@ class GenerationServing(Serving[BodyT]):
 
     Subclasses pass what the base reads from their body to `__init__` (whether to stream, how
     many samples each prompt gets, whether a stream ends with usage) and implement `sequences`,
-    `delta_chunk`, `usage_chunk` and `final_body`. `opening_chunk` and `stream` may be overridden
-    where a protocol needs more than one chunk per delta.
+    `stream` and `final_body`. An endpoint that streams one chunk per delta (OpenAI's chat and
+    completions) subclasses `ChunkedServing`, which implements `stream` from per-delta hooks;
+    one whose events open and close blocks (Responses, Anthropic Messages) writes `stream` itself.
     """
 
     task: ClassVar[Task | None] = "generate"
@@ -138,18 +139,10 @@ class GenerationServing(Serving[BodyT]):
         that takes several prompts says so here, so the cap is checked before `sequences`."""
         return 1
 
-    def opening_chunk(self, index: int) -> str | None:
-        """A chunk sent before choice `index`'s first delta (chat announces the role); None: none."""
-        return None
-
     @abstractmethod
-    def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
-        """The chunk for one delta of choice `index` (`first`: its first), or None to send none.
-        This runs once per token: keep it on a `TextTemplate` for plain text (protocol/templates)."""
-
-    @abstractmethod
-    def usage_chunk(self, usage: Usage) -> str:
-        """The last chunk of a stream that asked for usage (`stream_options.include_usage`)."""
+    def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
+        """The SSE payloads of a streamed answer, from the merged `(choice index, Delta)` stream
+        (closed by the caller's disconnect: close `deltas` with `closing`)."""
 
     @abstractmethod
     def final_body(self, tally: Tally, choices: int) -> ResponseModel:
@@ -185,8 +178,26 @@ class GenerationServing(Serving[BodyT]):
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         return json_response(self.final_body(tally, len(requests)))
 
+
+class ChunkedServing(GenerationServing[BodyT]):
+    """A generating endpoint whose stream is one chunk per delta (OpenAI's chat and completions):
+    an optional opening chunk per choice, a chunk per delta, and usage last when asked for."""
+
+    def opening_chunk(self, index: int) -> str | None:
+        """A chunk sent before choice `index`'s first delta (chat announces the role); None: none."""
+        return None
+
+    @abstractmethod
+    def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
+        """The chunk for one delta of choice `index` (`first`: its first), or None to send none.
+        This runs once per token: keep it on a `TextTemplate` for plain text (protocol/templates)."""
+
+    @abstractmethod
+    def usage_chunk(self, usage: Usage) -> str:
+        """The last chunk of a stream that asked for usage (`stream_options.include_usage`)."""
+
     async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
-        """The SSE payloads: per delta its chunk (after the choice's opening chunk), then usage."""
+        """Per delta its chunk (after the choice's opening chunk), then usage."""
         tally = Tally()
         async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
             async for index, delta in deltas:

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from fastapi import Request
 
-from protocol.chat import (
+from raygate.protocol.chat import (
     ChatChunkChoice,
     ChatCompletion,
     ChatCompletionChoice,
@@ -15,15 +15,21 @@ from protocol.chat import (
     ChatCompletionRequest,
     ChatDelta,
 )
-from protocol.common import Usage
-from protocol.generation import Delta, GenerateRequest, ToolCallDelta
-from protocol.templates import TextTemplate, text_marker
-from protocol.tools import ChoiceLogprobs, FunctionCallChunk, FunctionCallOut, ToolCallChunk, ToolCallOut
-from server.serving.base import GenerationServing, sample_seed
-from server.serving.tally import Tally
+from raygate.protocol.common import Usage
+from raygate.protocol.generation import Delta, GenerateRequest, ToolCallDelta
+from raygate.protocol.templates import TextTemplate, text_marker
+from raygate.protocol.tools import (
+    ChoiceLogprobs,
+    FunctionCallChunk,
+    FunctionCallOut,
+    ToolCallChunk,
+    ToolCallOut,
+)
+from raygate.server.serving.base import ChunkedServing, sample_seed
+from raygate.server.serving.tally import Tally
 
 
-class ChatServing(GenerationServing[ChatCompletionRequest]):
+class ChatServing(ChunkedServing[ChatCompletionRequest]):
     """n samples of one conversation; chunks carry content, tool-call pieces and logprobs."""
 
     endpoint: ClassVar[str] = "chat.completions"

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from protocol.generation import Delta
-from server.serving.tally import Tally
+from raygate.protocol.generation import Delta
+from raygate.server.serving.tally import Tally
 
 log = logging.getLogger(__name__)
 

@@ -6,17 +6,17 @@ from typing import ClassVar
 
 from fastapi import Request
 
-from protocol.common import Usage
-from protocol.completions import Completion, CompletionChoice, CompletionRequest
-from protocol.errors import UnsupportedParameterError
-from protocol.generation import Delta, GenerateRequest, TokenLogprob
-from protocol.templates import TextTemplate, text_marker
-from protocol.tools import CompletionLogprobs
-from server.serving.base import GenerationServing, sample_seed
-from server.serving.tally import Tally
+from raygate.protocol.common import Usage
+from raygate.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from raygate.protocol.errors import UnsupportedParameterError
+from raygate.protocol.generation import Delta, GenerateRequest, TokenLogprob
+from raygate.protocol.templates import TextTemplate, text_marker
+from raygate.protocol.tools import CompletionLogprobs
+from raygate.server.serving.base import ChunkedServing, sample_seed
+from raygate.server.serving.tally import Tally
 
 
-class CompletionServing(GenerationServing[CompletionRequest]):
+class CompletionServing(ChunkedServing[CompletionRequest]):
     """n samples of each of several prompts; `echo` puts the prompt in front of its choices' text."""
 
     endpoint: ClassVar[str] = "completions"

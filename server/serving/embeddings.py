@@ -6,12 +6,18 @@ from typing import ClassVar
 
 from fastapi.responses import Response
 
-from protocol.config import Task
-from protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, unit_vector
-from protocol.errors import BadRequestError
-from protocol.generation import EmbedRequest
-from server.ids import new_id
-from server.serving.base import Serving, json_response
+from raygate.protocol.config import Task
+from raygate.protocol.embeddings import (
+    Embedding,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbeddingUsage,
+    unit_vector,
+)
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import EmbedRequest
+from raygate.server.serving.base import Serving, json_response
+from raygate.server.serving.ids import new_id
 
 
 def shorten(vector: list[float], dimensions: int | None) -> list[float]:

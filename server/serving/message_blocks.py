@@ -14,8 +14,8 @@ applies the same rule (`server/serving/messages.py`).
 
 from __future__ import annotations
 
-from protocol.generation import Delta, ToolCallDelta
-from protocol.messages_response import (
+from raygate.protocol.generation import Delta, ToolCallDelta
+from raygate.protocol.messages_response import (
     ContentBlockDeltaEvent,
     ContentBlockStartEvent,
     ContentBlockStopEvent,
@@ -26,8 +26,8 @@ from protocol.messages_response import (
     ToolUseBlock,
     tool_use_id,
 )
-from protocol.templates import TextTemplate, text_marker
-from server.streaming import Event
+from raygate.protocol.templates import TextTemplate, text_marker
+from raygate.server.serving.streaming import Event
 
 
 def event(model: MessagesEvent) -> Event:

@@ -18,12 +18,11 @@ from typing import Any, ClassVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from backends.streams import closing
-from protocol.common import Usage
-from protocol.config import Task
-from protocol.generation import Delta, GenerateRequest, TokenizeRequest
-from protocol.messages import CountTokensRequest, MessagesRequest
-from protocol.messages_response import (
+from raygate.backends.streams import closing
+from raygate.protocol.config import Task
+from raygate.protocol.generation import Delta, GenerateRequest, TokenizeRequest
+from raygate.protocol.messages import CountTokensRequest, MessagesRequest
+from raygate.protocol.messages_response import (
     ContentBlock,
     CountTokensResponse,
     ErrorEvent,
@@ -38,10 +37,10 @@ from protocol.messages_response import (
     stop_reason,
     tool_use_id,
 )
-from server.serving.base import GenerationServing, Serving, json_response
-from server.serving.message_blocks import BlockStream, event
-from server.serving.tally import Tally
-from server.streaming import Event, Payload, SseDialect
+from raygate.server.serving.base import GenerationServing, Serving, json_response
+from raygate.server.serving.message_blocks import BlockStream, event
+from raygate.server.serving.streaming import Event, Payload, SseDialect
+from raygate.server.serving.tally import Tally
 
 # Anthropic's streams: a late failure is an `error` event, and nothing follows `message_stop`.
 ANTHROPIC_SSE = SseDialect(error=lambda exc: Event("error", ErrorEvent.of(exc).to_json()), done=b"")
@@ -104,7 +103,7 @@ class MessagesServing(GenerationServing[MessagesRequest]):
     async def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
         """message_start, the content blocks' events, message_delta (stop reason, usage),
         message_stop. The first event waits for the first delta, so a failure before it is
-        still an HTTP error with its own status (server/streaming.py)."""
+        still an HTTP error with its own status (server/serving/streaming.py)."""
         tally, blocks = Tally(), BlockStream()
         async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
             async for index, delta in deltas:
@@ -124,14 +123,6 @@ class MessagesServing(GenerationServing[MessagesRequest]):
         usage = MessagesUsage.of(first.prompt_tokens, 0, first.cached_tokens)
         message = Message(id=self.id, model=self.body.model, content=[], stop_reason=None, usage=usage)
         return event(MessageStartEvent(message=message))
-
-    def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
-        """Not used: a delta may open and close blocks, so `stream` renders events itself."""
-        raise NotImplementedError
-
-    def usage_chunk(self, usage: Usage) -> str:
-        """Not used: usage travels in `message_start` and `message_delta`."""
-        raise NotImplementedError
 
 
 def _input(arguments: str) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from typing import ClassVar
 
 from fastapi.responses import Response
 
-from protocol.config import Task
-from protocol.embeddings import unit_vector
-from protocol.errors import BadRequestError, ContextLengthExceededError
-from protocol.generation import EmbedRequest, RankRequest
-from protocol.rerank import (
+from raygate.protocol.config import Task
+from raygate.protocol.embeddings import unit_vector
+from raygate.protocol.errors import BadRequestError, ContextLengthExceededError
+from raygate.protocol.generation import EmbedRequest, RankRequest
+from raygate.protocol.rerank import (
     RerankBilledUnits,
     RerankedDocument,
     RerankMeta,
@@ -37,9 +37,9 @@ from protocol.rerank import (
     ScoreResponse,
     ScoreUsage,
 )
-from server.guard import ModelHandle
-from server.ids import new_id
-from server.serving.base import Serving, json_response
+from raygate.server.serving.base import Serving, json_response
+from raygate.server.serving.handle import ModelHandle
+from raygate.server.serving.ids import new_id
 
 # Cohere bills one search unit per 100 documents; `meta.billed_units` reports it the same way.
 DOCUMENTS_PER_SEARCH_UNIT = 100

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from backends.cluster.controller_client import ControllerClient
-from protocol.base import RequestModel
-from protocol.config import Task
-from protocol.errors import BadRequestError, UnsupportedParameterError
-from server.auth import check_model_access
-from server.context import request_context
-from server.guard import ModelHandle, open_model
-from server.unknown_fields import UnknownFieldLog
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.base import RequestModel
+from raygate.protocol.config import Task
+from raygate.protocol.errors import BadRequestError, UnsupportedParameterError
+from raygate.server.access.auth import check_model_access
+from raygate.server.context import request_context
+from raygate.server.serving.handle import ModelHandle, open_model
+from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 _TASK_ENDPOINTS = {
     "generate": "chat and text completions",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from protocol.generation import Delta, FinishReason, ToolCallDelta
-from protocol.response_events import (
+from raygate.protocol.generation import Delta, FinishReason, ToolCallDelta
+from raygate.protocol.response_events import (
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
     ContentPartEvent,
@@ -28,14 +28,14 @@ from protocol.response_events import (
     TextDeltaEvent,
     TextDoneEvent,
 )
-from protocol.response_items import (
+from raygate.protocol.response_items import (
     FunctionCallItem,
     ItemStatus,
     OutputMessageItem,
     OutputTextContent,
     item_id,
 )
-from protocol.response_object import ResponseObject
+from raygate.protocol.response_object import ResponseObject
 
 LifecycleType = Literal[
     "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed"

@@ -5,8 +5,8 @@ engines serve it unchanged; `OutputBuilder` turns the deltas into output items a
 Two things differ from chat and are why `respond` is this class's own: a stored conversation is
 read before generating (`previous_response_id`) and the answer is written to the store before the
 client gets its last event or its body; and a stream is typed events (named SSE events:
-`server/streaming.py`, `RESPONSES_SSE`), not one chunk per delta, so the base's per-delta chunk
-hooks are not used.
+`server/serving/streaming.py`, `RESPONSES_SSE`), not one chunk per delta, so `stream` renders
+them from `events` rather than from per-delta chunk hooks.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import ClassVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from backends.cluster.response_store import ResponseStoreClient
-from backends.streams import closing
-from protocol.common import Usage
-from protocol.errors import EngineError, OpenAIError
-from protocol.generation import Delta, GenerateRequest, ToolCallDelta
-from protocol.response_events import ErrorEvent, ResponseEvent
-from protocol.response_items import Item, engine_messages, item_id
-from protocol.response_object import (
+from raygate.backends.cluster.stores.responses import ResponseStoreClient
+from raygate.backends.streams import closing
+from raygate.protocol.common import Usage
+from raygate.protocol.errors import EngineError, OpenAIError
+from raygate.protocol.generation import Delta, GenerateRequest, ToolCallDelta
+from raygate.protocol.response_events import ErrorEvent, ResponseEvent
+from raygate.protocol.response_items import Item, engine_messages, item_id
+from raygate.protocol.response_object import (
     FunctionToolOut,
     IncompleteDetails,
     ResponseErrorOut,
@@ -37,14 +37,14 @@ from protocol.response_object import (
     TextFormatOut,
     ToolChoiceFunctionOut,
 )
-from protocol.responses import CreateResponseRequest, ResponseStatus
-from server.fanout import merge
-from server.serving.base import GenerationServing, json_response
-from server.serving.collect import CLIENT_CLOSED_REQUEST, collect
-from server.serving.response_output import OutputBuilder
-from server.serving.response_store import owner_of, read_stored
-from server.serving.tally import Tally
-from server.streaming import Event, SseDialect, sse_response
+from raygate.protocol.responses import CreateResponseRequest, ResponseStatus
+from raygate.server.serving.base import GenerationServing, json_response
+from raygate.server.serving.collect import CLIENT_CLOSED_REQUEST, collect
+from raygate.server.serving.fanout import merge
+from raygate.server.serving.response_output import OutputBuilder
+from raygate.server.serving.stored_responses import owner_of, read_stored
+from raygate.server.serving.streaming import Event, Payload, SseDialect, sse_response
+from raygate.server.serving.tally import Tally
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
 
     endpoint: ClassVar[str] = "responses"
     id_prefix: ClassVar[str] = "resp"
+    sse_dialect: ClassVar[SseDialect] = RESPONSES_SSE
 
     def __init__(self, body: CreateResponseRequest, request: Request) -> None:
         super().__init__(
@@ -87,7 +88,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
         await self._read_conversation()
         deltas = merge([model.generate(r) for r in self.sequences()])
         if self.streaming:
-            return await sse_response(_named(self.events(deltas)), self.request, RESPONSES_SSE)
+            return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
         tally = await collect(self.request, deltas)
         if tally is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -188,6 +189,10 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
 
     # --- streaming -------------------------------------------------------------------------------
 
+    def stream(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[Payload]:
+        """The typed events as named SSE events."""
+        return _named(self.events(deltas))
+
     async def events(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[ResponseEvent]:
         """The event sequence. Nothing is sent before the first delta, so a refusal before the first
         token (context too long, no replica) is still an HTTP error; later failures end the stream
@@ -231,11 +236,3 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
             yield builder.lifecycle("response.completed", response)
         else:
             yield builder.lifecycle("response.incomplete", response)
-
-    # The base's per-delta chunk hooks: a Responses stream is built by `events` instead.
-
-    def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
-        raise NotImplementedError("Responses streams typed events: see ResponsesServing.events")
-
-    def usage_chunk(self, usage: Usage) -> str:
-        raise NotImplementedError("Responses streams typed events: see ResponsesServing.events")

@@ -9,7 +9,7 @@ it before building a single engine request).
 
 from __future__ import annotations
 
-from protocol.errors import BadRequestError
+from raygate.protocol.errors import BadRequestError
 
 
 def check_sequence_count(prompts: int, samples_per_prompt: int, limit: int, prompt_param: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.generation import Delta, FinishReason, TokenLogprob
+from raygate.protocol.generation import Delta, FinishReason, TokenLogprob
 
 
 @dataclass

@@ -10,9 +10,9 @@ from typing import ClassVar
 
 from fastapi.responses import Response
 
-from protocol.config import Task
-from protocol.tokenize import DetokenizeBody, DetokenizeResponse, TokenizeBody, TokenizeResponse
-from server.serving.base import Serving, json_response
+from raygate.protocol.config import Task
+from raygate.protocol.tokenize import DetokenizeBody, DetokenizeResponse, TokenizeBody, TokenizeResponse
+from raygate.server.serving.base import Serving, json_response
 
 
 class TokenizeServing(Serving[TokenizeBody]):

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from backends.cluster.connection import LOCAL_RAY_ENV, START_ATTEMPTS, is_start_failure
 from bench.servers import free_port
+from raygate.backends.cluster.runtime.connection import LOCAL_RAY_ENV, START_ATTEMPTS, is_start_failure
 from tests.support.gateway import GatewayProcess, start_gateway
 
 RAY = Path(sys.executable).parent / "ray"

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import ray
 
-from protocol import schema_limits as limits
+from raygate.protocol import schema_limits as limits
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, replica_actors
 
 LIMIT = str(limits.MAX_REPEAT)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backends.engines import tool_calls
-from protocol.generation import FunctionTool
+from raygate.backends.engines import tool_calls
+from raygate.protocol.generation import FunctionTool
 
 # Both engines allow at most one space between JSON tokens (llama-cpp-python's SPACE_RULE,
 # vLLM's max_whitespace_cnt) and at most 16 digits per integer (backends/engines/vllm/support.py).

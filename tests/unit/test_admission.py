@@ -1,4 +1,4 @@
-"""server/admission.py: per-model limits, 429 + Retry-After, FIFO queueing, release."""
+"""server/serving/admission.py: per-model limits, 429 + Retry-After, FIFO queueing, release."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from protocol.config import ModelLimits
-from protocol.errors import RateLimitError
-from server.admission import Admission, ModelGate
+from raygate.protocol.config import ModelLimits
+from raygate.protocol.errors import RateLimitError
+from raygate.server.serving.admission import Admission, ModelGate
 
 
 def gate(max_running: int | None = None, max_waiting: int | None = None) -> ModelGate:

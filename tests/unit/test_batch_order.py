@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from llama_cpp import _internals
 
-from backends.engines.llama_cpp.decode_batch import RunningSequence, fill
+from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
 
 
 def sequence(prompt: list[int], fed: int, next_token: int | None) -> RunningSequence:

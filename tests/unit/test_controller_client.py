@@ -1,4 +1,4 @@
-"""backends/cluster/controller_client.py: when the controller stays unreachable and cannot be
+"""backends/cluster/control/controller_client.py: when the controller stays unreachable and cannot be
 recreated (the Ray cluster is gone, e.g. its head container restarted), the gateway gives up once,
 so that a restart policy brings it into the new cluster, and says not-ready meanwhile; a reachable
 or recreated controller never trips it.
@@ -11,9 +11,9 @@ from typing import Any
 
 from ray.exceptions import RayActorError
 
-from backends.cluster import controller_client
-from backends.cluster.controller_client import ControllerClient
-from backends.cluster.route_table import RouteTable
+from raygate.backends.cluster.control import controller_client
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.backends.cluster.routing.route_table import RouteTable
 
 
 class _Method:

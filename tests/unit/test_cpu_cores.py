@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from backends.engines.cpu_cores import cpu_quota, usable_cores
+from raygate.backends.engines.cpu_cores import cpu_quota, usable_cores
 
 
 def test_cgroup_v2_quota_in_cores(tmp_path: Path) -> None:

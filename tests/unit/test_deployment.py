@@ -1,4 +1,4 @@
-"""backends/cluster/deployment.py: the replica state machine, run on fake actors (with its restart
+"""backends/cluster/control/deployment.py: the replica state machine, run on fake actors (with its restart
 budget, restart_budget.py, and the actor seam's `describe_failure`, replica_actors.py).
 
 loading -> ready; death -> replaced while restarts are left (and a node can host it), then
@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
-import backends.cluster.deployment as deployment_module
-import backends.cluster.replica_actors as replica_actors_module
-import backends.cluster.restart_budget as restart_budget_module
-from backends.cluster.deployment import Deployment
-from backends.cluster.replica_actors import describe_failure
-from protocol.config import ModelConfig
+import raygate.backends.cluster.control.deployment as deployment_module
+import raygate.backends.cluster.control.replica_actors as replica_actors_module
+import raygate.backends.cluster.control.restart_budget as restart_budget_module
+from raygate.backends.cluster.control.deployment import Deployment
+from raygate.backends.cluster.control.replica_actors import describe_failure
+from raygate.protocol.config import ModelConfig
 
 
 class FakeReplica:

@@ -1,4 +1,4 @@
-"""What `backends.engines.base` owns for every engine: the counters, the ids in flight, `abort()`,
+"""What `raygate.backends.engines.base` owns for every engine: the counters, the ids in flight, `abort()`,
 the not-loaded check, the token-id range check and unit normalisation. Exercised through the
 synthetic engine (no model) and a minimal engine of our own."""
 
@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.engines.base import Engine, check_token_ids, loaded
-from backends.engines.synthetic.engine import SyntheticEngine
-from protocol.embeddings import unit_vector
-from protocol.errors import BadRequestError, EngineError
-from protocol.generation import (
+from raygate.backends.engines.base import Engine, check_token_ids, loaded
+from raygate.backends.engines.synthetic.engine import SyntheticEngine
+from raygate.protocol.embeddings import unit_vector
+from raygate.protocol.errors import BadRequestError, EngineError
+from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,

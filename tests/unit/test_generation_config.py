@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from backends.engines.model_files import ModelFileError, generation_defaults
-from protocol.chat import ChatCompletionRequest
-from protocol.config import ModelConfig
-from protocol.sampling_defaults import SamplingDefaults
+from raygate.backends.engines.model_files import ModelFileError, generation_defaults
+from raygate.protocol.chat import ChatCompletionRequest
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.sampling_defaults import SamplingDefaults
 from tests.support.vllm import VLLM_CONFIG
 
 BUILT = Path("~/.cache/raygate/models").expanduser()
@@ -108,7 +108,7 @@ def test_a_folder_path_works_for_any_backend_and_must_hold_the_file(tmp_path: Pa
 def test_defaults_reach_endpoints_without_the_field() -> None:
     """The Responses API has no `repetition_penalty` (nor `max_tokens`): the default still applies
     to what it generates; its own `max_output_tokens` wins over the default budget."""
-    from protocol.responses import CreateResponseRequest
+    from raygate.protocol.responses import CreateResponseRequest
 
     defaults = SamplingDefaults(repetition_penalty=1.1, max_tokens=40, temperature=0.5)
     for sent, budget in (({}, 40), ({"max_output_tokens": 20}, 20)):

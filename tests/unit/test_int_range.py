@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from backends.engines.llama_cpp.int_range import bounds, range_rule
+from raygate.backends.engines.llama_cpp.int_range import bounds, range_rule
 
 
 def _regex(rule: str) -> re.Pattern[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.engines.llama_cpp.model import llama_kwargs
+from raygate.backends.engines.llama_cpp.model import llama_kwargs
 
 
 def test_generation_gets_flash_attention_with_a_q8_0_v_cache() -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from protocol.errors import (
+from raygate.protocol.errors import (
     AuthenticationError,
     BadRequestError,
     GatewayTimeoutError,
@@ -17,14 +17,14 @@ from protocol.errors import (
     RateLimitError,
     ServiceUnavailableError,
 )
-from protocol.generation import Delta, ToolCallDelta
-from protocol.messages import CountTokensRequest, MessagesRequest
-from protocol.messages_response import ErrorEvent, MessagesUsage, stop_reason
-from server.auth import presented_key
-from server.errors import error_body
-from server.serving.message_blocks import BlockStream
-from server.serving.messages import ANTHROPIC_SSE
-from server.streaming import Event, _frames
+from raygate.protocol.generation import Delta, ToolCallDelta
+from raygate.protocol.messages import CountTokensRequest, MessagesRequest
+from raygate.protocol.messages_response import ErrorEvent, MessagesUsage, stop_reason
+from raygate.server.access.auth import presented_key
+from raygate.server.serving.message_blocks import BlockStream
+from raygate.server.serving.messages import ANTHROPIC_SSE
+from raygate.server.serving.streaming import Event, _frames
+from raygate.server.transport.errors import error_body
 
 TOOL = {"name": "get_time", "input_schema": {"type": "object", "properties": {"zone": {"type": "string"}}}}
 

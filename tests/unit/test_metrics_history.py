@@ -1,12 +1,12 @@
-"""The console's metric series (server/metrics_history.py): rates and TTFT quantiles per interval,
-computed from the gateway's real registry (server/metrics.py)."""
+"""The console's metric series (server/observability/metrics_history.py): rates and TTFT quantiles per interval,
+computed from the gateway's real registry (server/observability/metrics.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.metrics import GatewayMetrics
-from server.metrics_history import MetricsHistory, quantile
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.metrics_history import MetricsHistory, quantile
 
 
 def test_quantile_interpolates_inside_the_bucket_like_prometheus() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix, pick_slot, runs
+from raygate.backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix, pick_slot, runs
 
 
 def test_the_longest_shared_prefix_wins() -> None:

@@ -1,4 +1,4 @@
-"""`backends.cluster.errors`: Ray's errors as the typed error tree, one table per callee. Ray's
+"""`raygate.backends.cluster.runtime.errors`: Ray's errors as the typed error tree, one table per callee. Ray's
 exception classes are built here as Ray builds them (no cluster is started)."""
 
 from __future__ import annotations
@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.cluster.errors import CONTROLLER_ERRORS, REPLICA_ERRORS, ReplicaDiedError, ReplicaDrainingError
-from protocol.errors import (
+from raygate.backends.cluster.runtime.errors import (
+    CONTROLLER_ERRORS,
+    REPLICA_ERRORS,
+    ReplicaDiedError,
+    ReplicaDrainingError,
+)
+from raygate.protocol.errors import (
     BadRequestError,
     ContextLengthExceededError,
     EngineError,
@@ -39,7 +44,8 @@ def test_a_replica_that_refused_or_lost_its_actor_is_a_retryable_503(cause: Base
     assert mapped is not None and mapped.retry
     assert type(mapped.error) is ServiceUnavailableError
     assert mapped.error.message == "No replica of `chat` could take the request; please retry."
-    assert REPLICA_ERRORS.retryable(task_error(cause))
+    again = REPLICA_ERRORS.map(task_error(cause), "")
+    assert again is not None and again.retry
 
 
 def test_a_replica_that_died_under_the_call_is_a_503_that_is_not_retried() -> None:
@@ -57,7 +63,8 @@ def test_anything_else_the_replica_raised_is_an_engine_error_naming_the_model() 
     assert mapped is not None and not mapped.retry
     assert type(mapped.error) is EngineError
     assert mapped.error.message == "Model `chat` failed: oops"
-    assert not REPLICA_ERRORS.retryable(task_error(BadRequestError("no")))
+    typed = REPLICA_ERRORS.map(task_error(BadRequestError("no")), "")
+    assert typed is not None and not typed.retry
 
 
 def test_non_ray_errors_pass_or_become_engine_errors() -> None:
@@ -73,7 +80,8 @@ def test_the_controllers_typed_errors_pass_and_others_are_500s() -> None:
     assert type(err) is OpenAIError and err.message == "The controller failed: 'k'"
     err = CONTROLLER_ERRORS.error(RayActorError(), "controller")
     assert type(err) is ServiceUnavailableError and "restarting" in err.message
-    assert not CONTROLLER_ERRORS.retryable(RayActorError())  # admin calls are never re-sent
+    restarting = CONTROLLER_ERRORS.map(RayActorError(), "")
+    assert restarting is not None and not restarting.retry  # admin calls are never re-sent
 
 
 def test_raising_maps_ray_errors_and_lets_others_through() -> None:

@@ -1,4 +1,4 @@
-"""How far apart a replica sends one stream's items (`backends.cluster.replica.spacing`): the
+"""How far apart a replica sends one stream's items (`raygate.backends.cluster.routing.replica.spacing`): the
 model's `stream_interval_ms` per stream, stretched with the streams the replica serves, so its Ray
 items per second in all stay near one per interval, within `MAX_SPACING_S`."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.cluster.replica import MAX_SPACING_S, spacing
+from raygate.backends.cluster.routing.replica import MAX_SPACING_S, spacing
 
 
 def test_off_stays_off_however_many_streams() -> None:

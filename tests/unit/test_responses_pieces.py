@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from backends.cluster.response_db import ResponseDB, StoreLimits
-from protocol.errors import BadRequestError
-from protocol.generation import Delta, ToolCallDelta
-from protocol.response_items import engine_messages
-from protocol.responses import CreateResponseRequest
-from server.serving.response_output import OutputBuilder
+from raygate.backends.cluster.stores.response_db import ResponseDB, StoreLimits
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import Delta, ToolCallDelta
+from raygate.protocol.response_items import engine_messages
+from raygate.protocol.responses import CreateResponseRequest
+from raygate.server.serving.response_output import OutputBuilder
 from tests.support.openapi import validate
 
 DAY = 86400.0

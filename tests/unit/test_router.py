@@ -1,4 +1,4 @@
-"""backends/cluster/router.py: least-loaded choice with a rotating tiebreak, the retry on another
+"""backends/cluster/routing/router.py: least-loaded choice with a rotating tiebreak, the retry on another
 replica when one is draining before the first token, and no retry when one dies holding the
 request (issue #12: a poison request must not crash every replica), and backpressure on the Ray
 stream. The replicas are fakes
@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from ray.exceptions import RayActorError, RayTaskError
 
-from backends.cluster.errors import ReplicaDiedError
-from backends.cluster.replica import ReplicaDrainingError
-from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
-from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
-from protocol.config import ModelConfig
-from protocol.errors import EngineError, ServiceUnavailableError
-from protocol.generation import (
+from raygate.backends.cluster.routing.replica import ReplicaDrainingError
+from raygate.backends.cluster.routing.route_table import DeploymentRoute, ReplicaRoute
+from raygate.backends.cluster.routing.router import UNREAD_BATCHES, ModelRouter, Replica
+from raygate.backends.cluster.runtime.errors import ReplicaDiedError
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.errors import EngineError, ServiceUnavailableError
+from raygate.protocol.generation import (
     ChatMessage,
     Delta,
     EmbedRequest,
@@ -28,7 +28,7 @@ from protocol.generation import (
     GenerateRequest,
     SamplingParams,
 )
-from protocol.policies import AutoscalingConfig
+from raygate.protocol.policies import AutoscalingConfig
 
 CONFIG = ModelConfig(name="m", backend="synthetic")
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from backends.engines.llama_cpp import gbnf
-from backends.engines.text_stream import StopMatcher
-from protocol.chat import ChatCompletionRequest
-from protocol.completions import CompletionRequest
-from protocol.errors import BadRequestError
-from protocol.sampling_defaults import SamplingDefaults
-from server.unknown_fields import UnknownFieldLog
+from raygate.backends.engines.llama_cpp import gbnf
+from raygate.backends.engines.text_stream import StopMatcher
+from raygate.protocol.chat import ChatCompletionRequest
+from raygate.protocol.completions import CompletionRequest
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.sampling_defaults import SamplingDefaults
+from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 ASK: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from backends.cluster.affinity import PrefixTable, prefix_keys, prompt_text
-from backends.cluster.autoscaler import STALE_SECONDS, Autoscaler, LoadReports
-from backends.cluster.placement import UNBOUNDED_SLOTS, free_slots
-from protocol.config import ModelConfig
-from protocol.generation import ChatMessage, GenerateRequest, SamplingParams
-from protocol.policies import AutoscalingConfig
+from raygate.backends.cluster.control.autoscaler import STALE_SECONDS, Autoscaler, LoadReports
+from raygate.backends.cluster.routing.affinity import PrefixTable, prefix_keys, prompt_text
+from raygate.backends.cluster.runtime.placement import UNBOUNDED_SLOTS, free_slots
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from raygate.protocol.policies import AutoscalingConfig
 
 
 def scaler(**kw: float) -> Autoscaler:

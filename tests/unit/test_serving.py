@@ -16,30 +16,30 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from protocol.base import RequestModel, ResponseModel
-from protocol.common import Usage
-from protocol.config import ModelConfig, ModelLimits
-from protocol.errors import ContextLengthExceededError, ModelNotFoundError
-from protocol.generation import (
+from raygate.protocol.base import RequestModel, ResponseModel
+from raygate.protocol.common import Usage
+from raygate.protocol.config import ModelConfig, ModelLimits
+from raygate.protocol.errors import ContextLengthExceededError, ModelNotFoundError
+from raygate.protocol.generation import (
     Delta,
     GenerateRequest,
     SamplingParams,
     TokenizeRequest,
     TokenizeResult,
 )
-from protocol.sampling_defaults import SamplingDefaults
-from server.admission import Admission
-from server.auth import KeyStore
-from server.errors import install_error_handlers
-from server.lifecycle import Lifecycle
-from server.metrics import GatewayMetrics
-from server.middleware import GatewayMiddleware
-from server.routes import chat, completions, tokenize
-from server.serving.base import GenerationServing
-from server.serving.collect import collect
-from server.serving.tally import Tally
-from server.settings import Settings
-from server.unknown_fields import UnknownFieldLog
+from raygate.protocol.sampling_defaults import SamplingDefaults
+from raygate.server.access.auth import KeyStore
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.routes import chat, completions, tokenize
+from raygate.server.serving.admission import Admission
+from raygate.server.serving.base import ChunkedServing
+from raygate.server.serving.collect import collect
+from raygate.server.serving.tally import Tally
+from raygate.server.settings import Settings
+from raygate.server.transport.errors import install_error_handlers
+from raygate.server.transport.lifecycle import Lifecycle
+from raygate.server.transport.middleware import GatewayMiddleware
+from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 MODEL = "fake"
 
@@ -101,7 +101,7 @@ class ShoutResponse(ResponseModel):
     usage: Usage
 
 
-class ShoutServing(GenerationServing[ShoutBody]):
+class ShoutServing(ChunkedServing[ShoutBody]):
     endpoint: ClassVar[str] = "shout"
     id_prefix: ClassVar[str] = "shout"
 
@@ -134,7 +134,7 @@ async def create_shout(body: ShoutBody, request: Request) -> Response:
 
 
 def build_app(router: FakeRouter, settings: Settings | None = None) -> FastAPI:
-    """What `server.app.build_app` builds, minus Ray: the state, the error table, the middleware
+    """What `raygate.server.app.build_app` builds, minus Ray: the state, the error table, the middleware
     (which gives each request its context and releases its admission ticket at the end)."""
     settings = settings or Settings()
     app = FastAPI()

@@ -1,4 +1,4 @@
-"""backends/cluster/socket_stream.py: a replica's deltas over a real Unix socket, without Ray: every
+"""backends/cluster/routing/socket_stream.py: a replica's deltas over a real Unix socket, without Ray: every
 batch in order, the replica's typed errors as themselves, the backpressure window, a closed stream
 cancelling the replica's generator and a vanished replica reported as dead, a request the replica
 cannot load answered as an error, a killed replica's socket directory cleared; the router taking
@@ -16,15 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from backends.cluster import router as router_module
-from backends.cluster import socket_stream
-from backends.cluster.errors import REPLICA_ERRORS, RemoteError, ReplicaDiedError, StreamLostError
-from backends.cluster.route_table import DeploymentRoute, ReplicaRoute
-from backends.cluster.router import UNREAD_BATCHES, ModelRouter, Replica
-from backends.cluster.socket_stream import SocketServer, open_stream
-from protocol.config import ModelConfig
-from protocol.errors import BadRequestError
-from protocol.generation import Delta, GenerateRequest, SamplingParams
+from raygate.backends.cluster.routing import router as router_module
+from raygate.backends.cluster.routing import socket_stream
+from raygate.backends.cluster.routing.route_table import DeploymentRoute, ReplicaRoute
+from raygate.backends.cluster.routing.router import UNREAD_BATCHES, ModelRouter, Replica
+from raygate.backends.cluster.routing.socket_stream import SocketServer, open_stream
+from raygate.backends.cluster.runtime.errors import (
+    REPLICA_ERRORS,
+    RemoteError,
+    ReplicaDiedError,
+    StreamLostError,
+)
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import Delta, GenerateRequest, SamplingParams
 from tests.unit.test_router import CONFIG, FakeActor, collect, deltas
 
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
@@ -152,7 +157,8 @@ async def test_a_request_the_replica_cannot_load_is_an_error_of_that_request() -
             async for _ in await open_stream(server.path, FromNewerCode(), UNREAD_BATCHES):  # type: ignore[arg-type]
                 pass
         error = REPLICA_ERRORS.error(caught.value, "m")  # a 500 that says why, not replica_died
-        assert not isinstance(error, ReplicaDiedError) and not REPLICA_ERRORS.retryable(caught.value)
+        mapped = REPLICA_ERRORS.map(caught.value, "m")
+        assert not isinstance(error, ReplicaDiedError) and not (mapped is not None and mapped.retry)
         assert error.status_code == 500
         assert "could not read the request: ModuleNotFoundError" in str(error)
         assert replica.requests == []

@@ -1,5 +1,5 @@
-"""The gateway's two stream pumps, on `backends.streams.Pump`: SSE frames joined into one write
-(`server.streaming`) and `n` sequences merged into one stream (`server.fanout`)."""
+"""The gateway's two stream pumps, on `raygate.backends.streams.Pump`: SSE frames joined into one write
+(`raygate.server.serving.streaming`) and `n` sequences merged into one stream (`raygate.server.serving.fanout`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from protocol.errors import BadRequestError, EngineError
-from protocol.generation import Delta
-from server.fanout import merge
-from server.streaming import _frames, sse_response
+from raygate.protocol.errors import BadRequestError, EngineError
+from raygate.protocol.generation import Delta
+from raygate.server.serving.fanout import merge
+from raygate.server.serving.streaming import _frames, sse_response
 
 
 async def _payloads(values: list[str], fail: Exception | None = None) -> AsyncIterator[str]:

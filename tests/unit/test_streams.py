@@ -1,4 +1,4 @@
-"""`backends.streams.Pump`: the one queue pump behind the replica's coalescing, the fan-out of `n`
+"""`raygate.backends.streams.Pump`: the one queue pump behind the replica's coalescing, the fan-out of `n`
 sequences, the SSE body and the llama.cpp decode thread. No Ray, no model."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.streams import Pump
+from raygate.backends.streams import Pump
 
 
 async def _items(values: list[int], fail: BaseException | None = None) -> AsyncIterator[int]:
@@ -460,7 +460,7 @@ async def test_a_producer_cancelled_while_waiting_for_room_is_closed_before_aclo
 
 
 async def test_closing_a_wrapper_at_its_yield_closes_what_it_wraps() -> None:
-    from backends.streams import closing
+    from raygate.backends.streams import closing
 
     cleaned: list[str] = []
 

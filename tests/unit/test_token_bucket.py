@@ -1,4 +1,4 @@
-"""server/auth.py: the per-key token bucket, and the 429 it turns into."""
+"""server/access/auth.py: the per-key token bucket, and the 429 it turns into."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import types
 
 import pytest
 
-import server.auth
-from protocol.errors import RateLimitError
-from server.auth import KeyEntry, KeyStore, TokenBucket
+import raygate.server.access.auth
+from raygate.protocol.errors import RateLimitError
+from raygate.server.access.auth import KeyEntry, KeyStore, TokenBucket
 
 
 class Clock:
@@ -27,9 +27,9 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """Replace the clock `server.auth` reads (only there: the event loop keeps the real one)."""
+    """Replace the clock `raygate.server.access.auth` reads (only there: the event loop keeps the real one)."""
     c = Clock()
-    monkeypatch.setattr(server.auth, "time", types.SimpleNamespace(monotonic=c))
+    monkeypatch.setattr(raygate.server.access.auth, "time", types.SimpleNamespace(monotonic=c))
     return c
 
 

@@ -10,11 +10,15 @@ from typing import Any
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from backends.cluster.registrations import REGISTRATIONS_FILE, Registrations, load_registrations
-from backends.cluster.state_file import StateFileError
-from protocol.config import ModelConfig
-from protocol.errors import BadRequestError, ModelNotFoundError
-from protocol.xinference import LaunchRequest, PromptStyle, chat_template
+from raygate.backends.cluster.control.registrations import (
+    REGISTRATIONS_FILE,
+    Registrations,
+    load_registrations,
+)
+from raygate.backends.cluster.stores.state_file import StateFileError
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.errors import BadRequestError, ModelNotFoundError
+from raygate.protocol.xinference import LaunchRequest, PromptStyle, chat_template
 
 REPO = Path(__file__).resolve().parent.parent.parent
 MINILM = REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.engines.factory import make_engine
-from backends.engines.model_files import ModelFileError, anchor_source
-from protocol.config import GatewayConfig, ModelConfig
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.model_files import ModelFileError, anchor_source
+from raygate.protocol.config import GatewayConfig, ModelConfig
 
 
 def vllm_model(folder: Path, **kw: object) -> ModelConfig:

@@ -32,7 +32,7 @@ context-length check, the sampler with logit bias, penalties and grammars) and w
 token goes through (`sequence.SequenceOutput`: logprobs, stop strings, UTF-8 reassembly, tool-call
 parsing, the deltas). Only the decode loop differs, and with it where the logits are: each
 sequence samples from, and scores, its own rows of the shared batch. The scheduler thread feeds
-each request's stream directly (`backends.streams.ThreadFeed`); no thread waits per request.
+each request's stream directly (`raygate.backends.streams.ThreadFeed`); no thread waits per request.
 
 Backpressure: each stream's pump is bounded, but the scheduler must not wait on one stream (every
 other sequence would stall with it). Its feeds never block; a sequence whose reader is a whole
@@ -56,17 +56,22 @@ from typing import Any
 
 import numpy as np
 
-from backends.engines.base import loaded
-from backends.engines.llama_cpp import logprobs, prefix_reuse
-from backends.engines.llama_cpp.decode_batch import RunningSequence, fill
-from backends.engines.llama_cpp.kept_logits import KeptLogits
-from backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
-from backends.engines.llama_cpp.model_engine import LlamaModelEngine
-from backends.engines.llama_cpp.prompt_store import PromptStore, StoredPrompt, common_prefix, pick_slot
-from backends.engines.llama_cpp.sequence import SequenceOutput
-from backends.streams import Pump
-from protocol.errors import BadRequestError
-from protocol.generation import (
+from raygate.backends.engines.base import loaded
+from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
+from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
+from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
+from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
+from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
+from raygate.backends.engines.llama_cpp.prompt_store import (
+    PromptStore,
+    StoredPrompt,
+    common_prefix,
+    pick_slot,
+)
+from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
+from raygate.backends.streams import Pump
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,

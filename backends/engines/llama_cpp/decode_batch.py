@@ -12,10 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.engines.llama_cpp import sampling as sampling_lib
-from backends.engines.llama_cpp.sequence import SequenceOutput
-from backends.streams import ThreadFeed
-from protocol.generation import Delta, TokenLogprob
+from raygate.backends.engines.llama_cpp import sampling as sampling_lib
+from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
+from raygate.backends.streams import ThreadFeed
+from raygate.protocol.generation import Delta, TokenLogprob
 
 
 @dataclass(eq=False)

@@ -3,7 +3,7 @@
 A `Llama` instance is not re-entrant: two decodes at once abort the process. Every call that touches
 the context therefore runs on one dedicated thread (a single-worker executor), which also keeps the
 blocking C calls off the actor's event loop. Tokens travel back to the loop through a
-`backends.streams.Pump` fed from that thread; the request's cancel flag (set by `abort()` or by the
+`raygate.backends.streams.Pump` fed from that thread; the request's cancel flag (set by `abort()` or by the
 stream being closed) is checked after every token, so an abort costs at most one more token of work.
 The pump is bounded (`MAX_QUEUED_DELTAS`): when the stream's reader stops (a client that reads
 nothing, through the gateway's and Ray's backpressure), the decode thread waits in `feed.put`
@@ -20,21 +20,21 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from backends.engines.base import check_token_ids, loaded
-from backends.engines.llama_cpp import logprobs, prefix_reuse
-from backends.engines.llama_cpp.model import (
+from raygate.backends.engines.base import check_token_ids, loaded
+from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
+from raygate.backends.engines.llama_cpp.model import (
     DEFAULT_ENGINE_KWARGS,
     LlamaModel,
     Prepared,
     decode_error,
     llama_kwargs,
 )
-from backends.engines.llama_cpp.model_engine import LlamaModelEngine
-from backends.engines.llama_cpp.sequence import SequenceOutput
-from backends.streams import Pump, ThreadFeed
-from protocol.embeddings import unit_vector
-from protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
-from protocol.generation import (
+from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
+from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
+from raygate.backends.streams import Pump, ThreadFeed
+from raygate.protocol.embeddings import unit_vector
+from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
+from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,

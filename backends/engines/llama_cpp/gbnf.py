@@ -16,7 +16,7 @@ from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
-from protocol.errors import BadRequestError
+from raygate.protocol.errors import BadRequestError
 
 PARAM = "structured_outputs"
 # `a{1000000}` is one short regex but a million grammar elements once llama.cpp expands it.

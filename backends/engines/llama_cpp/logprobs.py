@@ -12,8 +12,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.engines.base import EngineStats
-from protocol.generation import TokenLogprob, TopLogprob
+from raygate.backends.engines.base import EngineStats
+from raygate.protocol.generation import TokenLogprob, TopLogprob
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

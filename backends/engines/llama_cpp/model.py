@@ -14,12 +14,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from backends.engines import tool_calls
-from backends.engines.base import check_token_ids, completion_budget, truncate_prompt
-from backends.engines.cpu_cores import usable_cores
-from backends.engines.llama_cpp import sampling as sampling_lib
-from protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
-from protocol.generation import (
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
+from raygate.backends.engines.cpu_cores import usable_cores
+from raygate.backends.engines.llama_cpp import sampling as sampling_lib
+from raygate.protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
+from raygate.protocol.generation import (
     ChatMessage,
     GenerateRequest,
     TokenizeRequest,

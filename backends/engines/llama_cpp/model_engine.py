@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from backends.engines.base import Engine, loaded
-from backends.engines.llama_cpp.model import LlamaModel
-from protocol.generation import TokenizeRequest, TokenizeResult
+from raygate.backends.engines.base import Engine, loaded
+from raygate.backends.engines.llama_cpp.model import LlamaModel
+from raygate.protocol.generation import TokenizeRequest, TokenizeResult
 
 
 class LlamaModelEngine(Engine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.engines.base import EngineStats
+from raygate.backends.engines.base import EngineStats
 
 # Prompt tokens evaluated again when the KV cache holds the whole prompt, unless the model passes
 # `reevaluated_tokens`' check (then one, as llama-server does).

@@ -32,11 +32,11 @@ import numpy as np
 from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
-from backends.engines import tool_calls
-from backends.engines.llama_cpp import gbnf, int_range
-from backends.engines.llama_cpp.token_mask import TokenMask
-from protocol.errors import BadRequestError
-from protocol.generation import SamplingParams, ToolsSpec
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.llama_cpp import gbnf, int_range
+from raygate.backends.engines.llama_cpp.token_mask import TokenMask
+from raygate.protocol.errors import BadRequestError
+from raygate.protocol.generation import SamplingParams, ToolsSpec
 
 BACKEND = "llama_cpp"
 # Tokens the repetition penalties look back over (llama-cpp-python's default).

@@ -15,12 +15,12 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.engines import tool_calls
-from backends.engines.base import EngineStats
-from backends.engines.deltas import DeltaBuilder
-from backends.engines.llama_cpp import logprobs
-from backends.engines.text_stream import StopMatcher, Utf8Stream
-from protocol.generation import Delta, FinishReason, GenerateRequest
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.base import EngineStats
+from raygate.backends.engines.deltas import DeltaBuilder
+from raygate.backends.engines.llama_cpp import logprobs
+from raygate.backends.engines.text_stream import StopMatcher, Utf8Stream
+from raygate.protocol.generation import Delta, FinishReason, GenerateRequest
 
 
 class SequenceOutput:

@@ -27,8 +27,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.engines.base import check_token_ids
-from protocol.generation import SamplingParams
+from raygate.backends.engines.base import check_token_ids
+from raygate.protocol.generation import SamplingParams
 
 _END_IDS: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
 

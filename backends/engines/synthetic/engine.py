@@ -26,10 +26,10 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engines.base import Engine
-from protocol.embeddings import unit_vector
-from protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
-from protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
+from raygate.backends.engines.base import Engine
+from raygate.protocol.embeddings import unit_vector
+from raygate.protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
+from raygate.protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
 
 class SyntheticEngine(Engine):

@@ -27,16 +27,21 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.engines.base import (
+from raygate.backends.engines.base import (
     Engine,
     EngineStats,
     check_token_ids,
     loaded,
     truncate_prompt,
 )
-from backends.engines.vllm import support as vllm_support
-from backends.engines.vllm.support import CoreCounters, TokenPieces, VllmEngineStats, stat_logger_factory
-from backends.engines.vllm.translate import (
+from raygate.backends.engines.vllm import support as vllm_support
+from raygate.backends.engines.vllm.support import (
+    CoreCounters,
+    TokenPieces,
+    VllmEngineStats,
+    stat_logger_factory,
+)
+from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
     chat_ids,
     embed_ids,
@@ -45,14 +50,14 @@ from backends.engines.vllm.translate import (
     pair_inputs,
     prompt_ids,
 )
-from protocol.embeddings import unit_vector
-from protocol.errors import (
+from raygate.protocol.embeddings import unit_vector
+from raygate.protocol.errors import (
     BadRequestError,
     EngineError,
     ServiceUnavailableError,
     UnsupportedParameterError,
 )
-from protocol.generation import (
+from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
     EmbedResult,

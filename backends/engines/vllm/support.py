@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from backends.engines import tool_calls
-from backends.engines.base import EngineStats
-from protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.base import EngineStats
+from raygate.protocol.generation import SamplingParams, TokenLogprob, ToolsSpec, TopLogprob
 
 # Our stat logger below is vLLM's way to see its scheduler; with it, vLLM's own periodic log
 # lines and Prometheus registry would be extra work per step, so they are off unless asked for.

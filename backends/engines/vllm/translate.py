@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.engines import tool_calls
-from backends.engines.base import check_token_ids, completion_budget
-from backends.engines.deltas import DeltaBuilder
-from backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
-from protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
-from protocol.generation import ChatMessage, Delta, FinishReason, GenerateRequest, RankRequest, ToolsSpec
+from raygate.backends.engines import tool_calls
+from raygate.backends.engines.base import check_token_ids, completion_budget
+from raygate.backends.engines.deltas import DeltaBuilder
+from raygate.backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
+from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
+from raygate.protocol.generation import (
+    ChatMessage,
+    Delta,
+    FinishReason,
+    GenerateRequest,
+    RankRequest,
+    ToolsSpec,
+)
 
 # ---- requests -> token ids (run in a thread: tokenisers and Jinja templates are CPU work) -------
 

@@ -1,0 +1,189 @@
+"""`ModelWorker`: the Ray actor that hosts one engine replica.
+
+Deltas leave through a Ray streaming generator. Each `yield` costs a Ray object (measured: one
+delta per yield caps near 1k items/s, 16 per yield near 10k), so the worker coalesces: the first
+delta goes out at once, later ones are batched with whatever else arrived while the previous
+batch was being handed to Ray. No timer is involved, so coalescing never adds latency.
+
+Each item also wakes threads in this process, the gateway and the client, and on a machine whose
+cores all run the engine's threads every wake-up stalls a decode step (llama.cpp's threads meet at
+a barrier per operation). A model's `stream_interval_ms` therefore spaces the batches out: tokens
+made within it travel as one item; the first and the last delta are never held, so neither TTFT
+nor the end of a request moves (README "Performance" has the measurements). The interval is per
+stream, and a replica serving n streams spaces each one's items n intervals apart (`spacing`), up to
+`MAX_SPACING_S`: what costs is the replica's items per second in all, which would otherwise grow
+with its streams (at 8 streams a decode step outlasts 50 ms, so every token was its own item again).
+
+Backpressure: the engine's deltas wait in a bounded pump (`MAX_QUEUED_DELTAS`), and the router
+opens the stream with Ray's generator backpressure, so a gateway that stops pulling (its client
+reads nothing) stops this worker's yields, then the pump's producer, then the engine.
+
+The worker also counts its own in-flight requests (from every gateway), so the controller can drain
+it before stopping it: `drain()` turns new requests away with `ReplicaDrainingError`, which the
+router retries on another replica, and waits for the running ones to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import ray
+
+from raygate.backends.cluster.routing.socket_stream import SocketServer
+from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
+from raygate.backends.engines.base import Engine, EngineStats
+from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.model_files import generation_defaults
+from raygate.backends.streams import Pump
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.generation import (
+    Delta,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    RankRequest,
+    RankResult,
+    TokenizeRequest,
+    TokenizeResult,
+)
+
+MAX_DELTAS_PER_YIELD = 64
+# Deltas the engine may run ahead of Ray's yields; one full batch, so coalescing is unchanged.
+MAX_QUEUED_DELTAS = MAX_DELTAS_PER_YIELD
+DRAIN_POLL_SECONDS = 0.05
+# The longest a stream's tokens wait for company, however many streams the replica serves: past a
+# few hundred milliseconds text visibly arrives in lumps. Through the gateway at c=8 (2 cores, one
+# replica of make serve's chat model, 16 requests x 128 tokens), 50 ms: 124-144 tok/s; 200 ms:
+# 133-164; 400 ms: 146-151 (llama-server beside it: 149-172); later runs put the stretch's gain at
+# c=8 within the machine's noise (README "Where the c=8 gap is").
+MAX_SPACING_S = 0.25
+
+__all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
+
+
+def _is_last(delta: Delta) -> bool:
+    return delta.finish_reason is not None
+
+
+def spacing(interval_s: float, streams: int) -> float:
+    """Seconds between two items of one stream when `streams` run on the replica: the model's
+    interval times the streams, so the replica's items per second in all stay near one per
+    interval, but never more than `MAX_SPACING_S` (or the interval itself, if that is longer)."""
+    return min(interval_s * max(1, streams), max(interval_s, MAX_SPACING_S))
+
+
+class ModelWorker:
+    """The replica actor of the module docstring: loads one engine, streams its deltas in coalesced batches,
+    and counts in-flight requests so it can be drained."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self._config = config
+        self._engine: Engine | None = None
+        self._inflight = 0
+        self._draining = False
+        self._socket = SocketServer(self.generate)
+
+    async def start(self) -> dict[str, Any]:
+        """Load the model; called once by the controller, which treats an exception as `failed`."""
+        recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
+        engine = make_engine(self._config)
+        await engine.start()
+        self._engine = engine
+        socket = await self._socket.start() if self._config.task == "generate" else None
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "context_length": engine.context_length,
+            "generation_defaults": recommended,
+            "socket": socket or "",
+        }
+
+    def _require(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("replica not started")
+        return self._engine
+
+    def _admit(self) -> Engine:
+        if self._draining:
+            raise ReplicaDrainingError(f"replica of `{self._config.name}` is draining")
+        return self._require()
+
+    async def watch(self) -> None:
+        """Never returns. The controller keeps this call open: Ray fails it as soon as the actor or
+        its node dies, which is how a death is noticed without polling."""
+        await asyncio.Event().wait()
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new requests from now on and wait up to `timeout` s for the running ones.
+        Returns whether every in-flight request finished."""
+        self._draining = True
+        deadline = time.monotonic() + timeout
+        # A request that reached this actor just before the drain may not have started (and been
+        # counted) yet: give it one poll interval to, so the loop below does not miss it.
+        await asyncio.sleep(DRAIN_POLL_SECONDS)
+        # A poll, not an event: a drain is rare; no event to signal on every request end.
+        while self._inflight and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        self._socket.close()  # its folder goes now: a stopped actor has no say
+        return self._inflight == 0
+
+    async def inflight(self) -> int:
+        return self._inflight
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            async with contextlib.aclosing(self._batches(engine, request)) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            self._inflight -= 1
+
+    async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
+        """The engine's deltas, coalesced: the first at once, then whatever queued meanwhile.
+        Cancellation (client gone -> ray.cancel) closes the pump, which closes the engine stream."""
+        interval = self._config.stream_interval_ms / 1000
+        async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
+            pump.add(engine.generate(request))
+            async for batch in pump.batches(
+                MAX_DELTAS_PER_YIELD, lambda: spacing(interval, self._inflight), _is_last
+            ):
+                yield batch
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            return await engine.embed(request)
+        finally:
+            self._inflight -= 1
+
+    async def rank(self, request: RankRequest) -> RankResult:
+        engine = self._admit()
+        self._inflight += 1
+        try:
+            return await engine.rank(request)
+        finally:
+            self._inflight -= 1
+
+    async def abort(self, request_id: str) -> bool:
+        return await self._require().abort(request_id)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        return await self._require().tokenize(request)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return await self._require().detokenize(tokens)
+
+    async def count_tokens(self, text: str) -> int:
+        return await self._require().count_tokens(text)
+
+    async def check_health(self) -> None:
+        await self._require().check_health()
+
+    async def stats(self) -> EngineStats:
+        return self._require().stats()

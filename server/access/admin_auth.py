@@ -1,0 +1,57 @@
+"""The admin key: when `--admin-key` (RAYGATE_ADMIN_KEY) is set, `/admin` wants it as a bearer
+token. Separate from client API keys on purpose: whoever may call a model may not redeploy it.
+Without a key `/admin` is open; `raygate serve` refuses to listen beyond loopback that way unless
+told to (`--allow-open-admin`, server/access/exposure.py). `--closed-admin` (the container image's
+default) refuses `/admin` with a 403 until a key is set, so the gateway can listen everywhere and
+still serve `/v1`.
+
+The header is parsed exactly as on `/v1` (server/access/auth.py `bearer_token`: one header, `Bearer`,
+no padding), and compared as SHA-256 digests in constant time. Xinference's registry-changing
+routes under `/v1` (`is_admin_path`) want the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from fastapi import Request
+
+from raygate.protocol.errors import AuthenticationError, PermissionDeniedError
+from raygate.server.access.auth import bearer_token
+
+# Xinference's API (server/routes/xinference.py) changes the registry under /v1: these requests want
+# the admin key, not a client's API key (the middleware leaves them to `require_admin_key`).
+XINFERENCE_REGISTRATIONS = "/v1/model_registrations"
+
+
+def is_admin_path(method: str, path: str) -> bool:
+    """Registrations (any method), launch (`POST /v1/models`) and terminate (`DELETE /v1/models/{uid}`)."""
+    if path == XINFERENCE_REGISTRATIONS or path.startswith(XINFERENCE_REGISTRATIONS + "/"):
+        return True
+    return (method == "POST" and path == "/v1/models") or (
+        method == "DELETE" and path.startswith("/v1/models/")
+    )
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+
+
+async def require_admin_key(request: Request) -> None:
+    settings = request.app.state.settings
+    expected: str | None = settings.admin_key
+    if not expected:
+        if settings.closed_admin:
+            raise PermissionDeniedError(
+                "/admin is closed: no admin key is configured. Set RAYGATE_ADMIN_KEY or "
+                "RAYGATE_ADMIN_KEY_FILE (a Docker secret) and restart the gateway.",
+                code="admin_closed",
+            )
+        return
+    token = bearer_token(request.headers.getlist("authorization"), what="admin key")
+    if not hmac.compare_digest(_digest(token), _digest(expected)):
+        raise AuthenticationError(
+            "Incorrect admin key: send it as `Authorization: Bearer <admin key>` "
+            "(raygate CLI: --admin-key or RAYGATE_ADMIN_KEY)."
+        )

@@ -1,0 +1,166 @@
+"""The gateway's one ASGI middleware: what happens to every HTTP request before and after a route.
+
+Before: give the request an id (a sane `X-Request-Id` is kept, anything else replaced), refuse it
+while draining (503), check its API key on `/v1/*` (401 / 429), refuse a body over the size limit
+(413: at once from `Content-Length`, or as soon as a chunked body grows past it). After: add
+`X-Request-Id` to the response, count it by endpoint and status, write the access log line, and
+release what the request held (its admission slot). "After" means after the last byte of a
+streamed response: the middleware wraps the whole ASGI call.
+
+It is pure ASGI rather than `BaseHTTPMiddleware`: a streamed response passes through untouched,
+and "after" really is after the response, whatever the route returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from raygate.protocol.errors import OpenAIError, PayloadTooLargeError, ServiceUnavailableError
+from raygate.server.access.admin_auth import is_admin_path
+from raygate.server.access.auth import KeyStore
+from raygate.server.context import REQUEST_ID, SCOPE_KEY, RequestContext
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.transport.errors import error_response
+from raygate.server.transport.lifecycle import Lifecycle
+
+access_log = logging.getLogger("raygate.access")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+PROBES = frozenset({"/health", "/ready", "/metrics"})
+# Xinference's client asks whether to send a key before it has one to send.
+XINFERENCE_AUTH_PROBE = "/v1/cluster/auth"
+# Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
+KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
+
+
+def request_id_from(header: str | None) -> str:
+    """Keep a client's id if it is short and plain (it ends up in logs and engine ids)."""
+    if header is not None and _REQUEST_ID.fullmatch(header):
+        return header
+    return uuid.uuid4().hex
+
+
+class GatewayMiddleware:
+    """The middleware of the module docstring: before the route, request id and refusals (drain, key, size);
+    after the last byte, metrics, access log and cleanup."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyStore,
+        metrics: GatewayMetrics,
+        lifecycle: Lifecycle,
+        max_body_bytes: int,
+    ) -> None:
+        self.app = app
+        self.keys = keys
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.max_body_bytes = max_body_bytes
+
+    def _refuse(self, scope: Scope, headers: Headers, ctx: RequestContext) -> OpenAIError | None:
+        path: str = scope["path"]
+        if path in PROBES:
+            return None
+        if self.lifecycle.draining:
+            return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
+        if (
+            self.keys.enabled
+            and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS)
+            and path != XINFERENCE_AUTH_PROBE
+            and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
+        ):
+            try:
+                ctx.key = self.keys.authenticate(
+                    headers.getlist("authorization"), headers.getlist("x-api-key")
+                )
+            except OpenAIError as exc:
+                self.metrics.rejected.inc({"model_name": "", "reason": str(exc.code)})
+                return exc
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return PayloadTooLargeError(self._too_large())
+        return None
+
+    def _too_large(self) -> str:
+        return f"The request body is larger than this server's limit of {self.max_body_bytes} bytes."
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        headers = Headers(scope=scope)
+        ctx = RequestContext(request_id_from(headers.get("x-request-id")), started=loop.time())
+        scope[SCOPE_KEY] = ctx
+        token = REQUEST_ID.set(ctx.request_id)
+        status = 500
+        received = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", ctx.request_id.encode())]
+            await send(message)
+
+        async def receive_limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise HTTPException(413, self._too_large())  # -> server/transport/errors.py -> 413 body
+            return message
+
+        try:
+            refusal = self._refuse(scope, headers, ctx)
+            if refusal is not None:
+                response = error_response(refusal, path=scope["path"])
+                if isinstance(refusal, ServiceUnavailableError):
+                    response.headers["Connection"] = "close"
+                await response(scope, receive, send_with_id)
+                return
+            if scope["path"] not in PROBES:
+                self.lifecycle.contexts.add(ctx)
+            await self.app(scope, receive_limited, send_with_id)
+        finally:
+            self.lifecycle.contexts.discard(ctx)
+            ctx.close()
+            self._account(scope, ctx, status, loop.time() - ctx.started)
+            REQUEST_ID.reset(token)
+
+    def _account(self, scope: Scope, ctx: RequestContext, status: int, seconds: float) -> None:
+        route = scope.get("route")
+        endpoint = getattr(route, "path", None) or "unmatched"
+        self.metrics.http_requests.inc(
+            {"endpoint": endpoint, "status": str(status), "model_name": ctx.model or ""}
+        )
+        level = logging.DEBUG if scope["path"] in PROBES else logging.INFO
+        if access_log.isEnabledFor(level):
+            access_log.log(
+                level,
+                "%s %s %d %.1fms model=%s key=%s",
+                scope["method"],
+                scope["path"],
+                status,
+                seconds * 1000,
+                ctx.model or "-",
+                ctx.key.name if ctx.key else "-",
+                extra={
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 1),
+                    "model": ctx.model,
+                    "key_name": ctx.key.name if ctx.key else None,
+                },
+            )
