@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser vllm-setup serve test test-core unit lint soak fuzz bench constraints test-image
+.PHONY: setup browser vllm-setup serve test test-core unit lint docs soak fuzz bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -61,7 +61,7 @@ serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
-test: setup browser vllm-setup lint
+test: setup browser vllm-setup lint docs
 	$(BIN)/python -m pytest || $(BIN)/python -m tests.support.postmortem $$?
 
 # Everything but the vLLM-served tests (no vLLM install needed).
@@ -81,6 +81,17 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The docs site (docs/, mkdocs.yml): MkDocs with the Material theme, from the `docs` extra. --strict
+# makes every warning an error: a broken link, an unknown anchor, a page missing from the nav. Its
+# hook (docs/hooks/reference.py) imports raygate to generate the config and CLI references, hence
+# this venv. The site lands in build/site (git-ignored).
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(BIN)/pip install -c constraints.txt -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 # Operations checks beyond `make test` (README: Operations). The soak sends 2,000 mixed requests at
 # c=16 through a gateway with the synthetic model and prints its summary line; the fuzz sends 200
