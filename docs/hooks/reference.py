@@ -358,7 +358,7 @@ def _render_parser(parser: argparse.ArgumentParser, level: int) -> list[str]:
         elif group.title == "positional arguments":
             lines += ["Arguments:", ""]
         lines += table
-    for name, help_text, sub in _subcommands(parser):
+    for _name, help_text, sub in _subcommands(parser):
         slug = "cli-" + sub.prog.replace(" ", "-")
         lines += [f"{'#' * level} `{sub.prog}` {{ #{slug} }}", ""]
         if help_text:
