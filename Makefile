@@ -93,7 +93,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
-# Operations checks beyond `make test` (README: Operations). The soak sends 2,000 mixed requests at
+# Operations checks beyond `make test` (docs/operations.md). The soak sends 2,000 mixed requests at
 # c=16 through a gateway with the synthetic model and prints its summary line; the fuzz sends 200
 # schemathesis cases per operation and mode.
 soak: setup
@@ -103,7 +103,7 @@ fuzz: setup
 	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/test_ops_fuzz.py -s --timeout 1800
 
 # Benchmark-only dependencies (matplotlib, llama_cpp.server's extras); the llama-cpp-python wheel
-# itself is already installed, so pip only adds the extras. See README.md, "Performance".
+# itself is already installed, so pip only adds the extras. See docs/performance.md.
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install -e '.[bench]'
 	touch $@
@@ -116,7 +116,7 @@ bench: $(VENV)/.bench-installed
 constraints: setup
 	$(BIN)/python scripts/constraints.py constraints.txt
 
-# Build the image and smoke-test it and the compose cluster (README: Containers). Needs a Docker
+# Build the image and smoke-test it and the compose cluster (docs/deployment/containers.md). Needs a Docker
 # engine (or podman's Docker API) and docker-compose; about 10 minutes cold, 3 with a warm cache.
 test-image: setup
 	$(BIN)/python scripts/image_smoke.py
