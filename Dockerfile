@@ -2,7 +2,7 @@
 #   docker build -t raygate .
 #   docker run --rm --shm-size=512m -p 127.0.0.1:8000:8000 -v raygate-state:/var/lib/raygate raygate
 # /admin is refused until an admin key is set (-e RAYGATE_ADMIN_KEY=... or a secret file named by
-# RAYGATE_ADMIN_KEY_FILE); /v1 serves, open unless API keys are set (README: Containers).
+# RAYGATE_ADMIN_KEY_FILE); /v1 serves, open unless API keys are set (docs/deployment/containers.md).
 # Layers run from what changes least to what changes most: a README or source edit rebuilds only
 # the last two layers (seconds); constraints.txt or pyproject.toml reinstalls the dependencies;
 # only a new llama-cpp-python version recompiles llama.cpp.

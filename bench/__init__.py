@@ -1,1 +1,1 @@
-"""Raygate benchmark harness (see bench/__main__.py and README.md, Performance)."""
+"""Raygate benchmark harness (see bench/__main__.py and docs/performance.md)."""

@@ -1,4 +1,4 @@
-"""The README chart: output tokens/s and TTFT p50 against concurrency, for the llama.cpp model
+"""The performance page's chart: output tokens/s and TTFT p50 against concurrency, for the llama.cpp model
 (top; also against llama-server) and the instant engine (bottom); rows with no data are left
 out. matplotlib is a bench-only dependency."""
 

@@ -1,5 +1,5 @@
 """How often the bundled chat model loops under greedy decoding, per repetition penalty: the
-measurement behind the default config's `defaults:` (README, "Default models").
+measurement behind the default config's `defaults:` (docs/getting-started.md, "Default models").
 
 A fixed set of everyday prompts is answered greedily (temperature 0, so the numbers repeat) by
 the llama.cpp engine in-process, once per penalty. An answer *loops* when some run of four words

@@ -1,5 +1,5 @@
 """From a run record to the issue's targets: measured value, ratio, met or not, as JSON rows and as
-the Markdown table the README shows."""
+the Markdown table docs/performance.md shows."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ class RoutingConfig(StrictModel):
     the least-loaded replica when the preferred one has `max_imbalance` more requests in flight.
     """
 
-    # The default is what `python -m bench.routing` measured better (README: Routing and
-    # autoscaling): TTFT p50 12-18x lower where each conversation carries its own context, within
+    # The default is what `python -m bench.routing` measured better (docs/performance.md,
+    # "Routing and cold start"): TTFT p50 12-18x lower where each conversation carries its own context, within
     # 0.96-1.08x of least-loaded where prompts share only a system prompt or nothing at all.
     policy: RoutingPolicy = Field(
         "prefix_affinity", description="`prefix_affinity` (default) or `least_loaded`."

