@@ -1,9 +1,11 @@
 """Process settings for `raygate serve`: where to listen, which models, which Ray cluster, and how
 the gateway is operated (keys, limits, timeouts, shutdown), and where the registry is persisted.
-Every field has a CLI flag and an environment variable (server/cli.py)."""
+Each field is declared once with `setting()`: its default, environment variable and help text; the
+`raygate serve` flags are generated from them (server/options.py, server/cli.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from raygate.backends.cluster.stores.state_file import StateFileError, load_spec
 from raygate.backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
 from raygate.protocol.base import describe_errors
 from raygate.protocol.config import GatewayConfig, ModelConfig
+from raygate.server.options import Group, setting
 
 # The default config sits next to the GGUF it names, in the repository's models/ folder.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "models" / "default.yaml"
@@ -35,57 +38,244 @@ DEFAULT_CORS_HEADERS = (
     "Anthropic-Dangerous-Direct-Browser-Access",
 )
 
+OPERATIONS = Group("operations", "access, limits, timeouts and shutdown (README: Operations)")
+STORED_RESPONSES = Group(
+    "stored responses",
+    "POST /v1/responses with store: true keeps responses in SQLite under --state-dir (in memory "
+    "without one), shared by the gateways of a Ray namespace (README: Responses API)",
+)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """What `raygate serve` runs with, fixed for the process's life; server/cli.py fills it from flags and
-    `RAYGATE_*` environment variables."""
+    """What `raygate serve` runs with, fixed for the process's life. Each field has one flag and one
+    environment variable (`setting()`); the flag wins over the variable, the variable over the default."""
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    config_path: Path = DEFAULT_CONFIG
-    ray_address: str | None = None
-    ray_num_cpus: float | None = None
-    log_level: str = "info"
-    state_dir: Path | None = None
-    # The custom Ray resource of the node that holds state_dir (the controller runs there); None: this node.
-    state_resource: str | None = None
-    ray_namespace: str = "raygate"
-    admin_key: str | None = None
-    log_format: str = "text"  # or "json": one object per line, with the request id
-    # Access: bearer keys (none = open), a YAML keys file, CORS.
-    api_keys: tuple[str, ...] = ()
-    api_keys_file: Path | None = None
-    cors_origins: tuple[str, ...] = ()
-    cors_methods: tuple[str, ...] = DEFAULT_CORS_METHODS
-    cors_headers: tuple[str, ...] = DEFAULT_CORS_HEADERS
-    # Limits and timeouts (a model's `limits:` block overrides the timeouts).
-    max_body_bytes: int = 8 * 1024 * 1024
-    ttft_timeout_s: float | None = None
-    request_timeout_s: float | None = None
-    sse_ping_s: float = 15.0
-    # SIGTERM: seconds in-flight requests get to finish before they are ended with an error.
-    drain_timeout_s: float = 30.0
-    # Exposure: listening beyond loopback without an admin key needs this (server/access/exposure.py).
-    allow_open_admin: bool = False
+    config_path: Path = setting(
+        DEFAULT_CONFIG, env="RAYGATE_CONFIG", flag="--config", help="models YAML file"
+    )
+    host: str = setting("127.0.0.1", env="RAYGATE_HOST", help="address to listen on")
+    port: int = setting(8000, env="RAYGATE_PORT", help="port to listen on")
+    ray_address: str | None = setting(
+        None,
+        env="RAY_ADDRESS",
+        help="attach to this Ray cluster instead of starting an embedded one, e.g. 10.0.0.5:6379",
+    )
+    ray_num_cpus: float | None = setting(
+        None,
+        env="RAYGATE_RAY_NUM_CPUS",
+        help="CPUs the embedded Ray may schedule",
+        shown_default="all cores",
+    )
+    state_dir: Path | None = setting(
+        None,
+        env="RAYGATE_STATE_DIR",
+        help="persist the model registry here and restore it on start; the config only seeds a new registry",
+        shown_default="not persisted",
+    )
+    # The controller runs on the node that holds state_dir; None: this node.
+    state_resource: str | None = setting(
+        None,
+        env="RAYGATE_STATE_RESOURCE",
+        help="run the controller and the Responses store on the Ray node offering this custom "
+        "resource (`ray start --resources`), whose disk holds --state-dir, instead of on this "
+        "gateway's node: they then outlive a restart of the gateway",
+    )
+    admin_key: str | None = setting(
+        None,
+        env="RAYGATE_ADMIN_KEY",
+        help="require this bearer token on /admin, at least 8 characters",
+        shown_default="/admin is open, which only a loopback --host allows without --allow-open-admin",
+    )
+    # Read into admin_key when that is not set (resolve_settings, below).
+    admin_key_file: Path | None = setting(
+        None,
+        env="RAYGATE_ADMIN_KEY_FILE",
+        help="read the admin key from this file, e.g. a Docker secret in /run/secrets; surrounding "
+        "whitespace is ignored",
+    )
     # Without an admin key, refuse /admin (403) instead of serving it open: the image's default.
-    closed_admin: bool = False
+    closed_admin: bool = setting(
+        False,
+        env="RAYGATE_CLOSED_ADMIN",
+        help="without an admin key, answer /admin with 403 instead of serving it open; allows any "
+        "--host; the container image sets it",
+    )
+    # Exposure: listening beyond loopback without an admin key needs this (server/access/exposure.py).
+    allow_open_admin: bool = setting(
+        False,
+        env="RAYGATE_ALLOW_OPEN_ADMIN",
+        help="listen beyond loopback with no admin key: anyone who can connect may deploy and remove models",
+        shown_default="refuse to start that way",
+    )
+    ray_namespace: str = setting(
+        "raygate",
+        env="RAYGATE_RAY_NAMESPACE",
+        help="Ray namespace of the controller and replicas; gateways in one namespace share them",
+    )
+    log_level: str = setting("info", env="RAYGATE_LOG_LEVEL", help="log level", choices=LOG_LEVELS)
+    log_format: str = setting(
+        "text",
+        env="RAYGATE_LOG_FORMAT",
+        help="text, or one JSON object per line; both carry the request id",
+        choices=("text", "json"),
+        group=OPERATIONS,
+    )
+    # Access: bearer keys (none = open), a YAML keys file, CORS.
+    api_keys: tuple[str, ...] = setting(
+        (),
+        env="RAYGATE_API_KEYS",
+        flag="--api-key",
+        help="require `Authorization: Bearer KEY` on /v1/*; repeat for several keys. Prefer the "
+        "environment variable or --api-keys-file: a command line is visible in `ps`",
+        group=OPERATIONS,
+    )
+    api_keys_file: Path | None = setting(
+        None,
+        env="RAYGATE_API_KEYS_FILE",
+        help="YAML file of keys with optional per-key models and requests_per_minute",
+        group=OPERATIONS,
+    )
+    cors_origins: tuple[str, ...] = setting(
+        (),
+        env="RAYGATE_CORS_ORIGINS",
+        flag="--cors-origin",
+        help="allow browser calls from this origin; repeat, or `*`",
+        shown_default="CORS off",
+        group=OPERATIONS,
+    )
+    cors_methods: tuple[str, ...] = setting(
+        DEFAULT_CORS_METHODS,
+        env="RAYGATE_CORS_METHODS",
+        flag="--cors-method",
+        help="CORS allowed method; repeat",
+        group=OPERATIONS,
+    )
+    cors_headers: tuple[str, ...] = setting(
+        DEFAULT_CORS_HEADERS,
+        env="RAYGATE_CORS_HEADERS",
+        flag="--cors-header",
+        help="CORS allowed request header; repeat",
+        group=OPERATIONS,
+    )
+    # Limits and timeouts (a model's `limits:` block overrides the timeouts).
+    max_body_bytes: int = setting(
+        8 * 1024 * 1024,
+        env="RAYGATE_MAX_BODY_BYTES",
+        help="larger request bodies get 413",
+        group=OPERATIONS,
+    )
     # HTTP: the request head's size and time limits, and idle keep-alive (server/transport/http_limits.py).
-    max_header_bytes: int = 64 * 1024
-    header_timeout_s: float = 10.0
-    keep_alive_timeout_s: int = 5
-    # A client whose socket accepted nothing for this long is dropped and its engine request
-    # aborted (server/transport/write_stall.py); 0 never drops.
-    stream_stall_timeout_s: float = 60.0
-    # Sequences one generating request may start: prompts x `n` (server/serving/base.py).
-    max_sequences: int = 64
-    # Stored responses (POST /v1/responses): kept this long, and this many bytes at most.
-    responses_max_age_s: float = DEFAULT_RESPONSES_MAX_AGE_S
-    responses_max_bytes: int = DEFAULT_RESPONSES_MAX_BYTES
+    max_header_bytes: int = setting(
+        64 * 1024,
+        env="RAYGATE_MAX_HEADER_BYTES",
+        help="a larger request line + headers gets 431 and the connection is closed",
+        group=OPERATIONS,
+    )
+    header_timeout_s: float = setting(
+        10.0,
+        env="RAYGATE_HEADER_TIMEOUT",
+        flag="--header-timeout",
+        help="seconds a client has to send a request's headers, from connecting (or from the end of "
+        "its previous request); then 408, or a plain close if it sent nothing",
+        group=OPERATIONS,
+    )
+    keep_alive_timeout_s: int = setting(
+        5,
+        env="RAYGATE_KEEP_ALIVE_TIMEOUT",
+        flag="--keep-alive-timeout",
+        help="seconds an idle kept-alive connection stays open between requests",
+        group=OPERATIONS,
+    )
+    # server/transport/write_stall.py
+    stream_stall_timeout_s: float = setting(
+        60.0,
+        env="RAYGATE_STREAM_STALL_TIMEOUT",
+        flag="--stream-stall-timeout",
+        help="seconds a client may read nothing while its response waits to be written (the socket "
+        "buffer is full); then the connection is dropped and its engine request aborted; 0 never drops",
+        group=OPERATIONS,
+    )
+    # server/serving/base.py
+    max_sequences: int = setting(
+        64,
+        env="RAYGATE_MAX_SEQUENCES",
+        help="most sequences one request may ask for (prompts x n); more get 400",
+        group=OPERATIONS,
+    )
+    ttft_timeout_s: float | None = setting(
+        None,
+        env="RAYGATE_TTFT_TIMEOUT",
+        flag="--ttft-timeout",
+        help="seconds from arrival to the first token, queueing included; on expiry the engine request "
+        "is aborted and the client gets 504; a model's limits.ttft_timeout_s overrides it",
+        shown_default="none",
+        group=OPERATIONS,
+    )
+    request_timeout_s: float | None = setting(
+        None,
+        env="RAYGATE_REQUEST_TIMEOUT",
+        flag="--request-timeout",
+        help="seconds from arrival to the end of a response; on expiry the engine request is aborted "
+        "and the client gets 504, or an error event + [DONE] mid-stream; a model's "
+        "limits.request_timeout_s overrides it",
+        shown_default="none",
+        group=OPERATIONS,
+    )
+    sse_ping_s: float = setting(
+        15.0,
+        env="RAYGATE_SSE_PING_SECONDS",
+        flag="--sse-ping-seconds",
+        help="send an SSE `: ping` comment every this many seconds while a stream is open; 0 disables",
+        group=OPERATIONS,
+    )
+    drain_timeout_s: float = setting(
+        30.0,
+        env="RAYGATE_DRAIN_TIMEOUT",
+        flag="--drain-timeout",
+        help="on SIGTERM, seconds in-flight requests get to finish before they are ended with an error",
+        group=OPERATIONS,
+    )
+    responses_max_age_s: float = setting(
+        DEFAULT_RESPONSES_MAX_AGE_S,
+        env="RAYGATE_RESPONSES_MAX_AGE",
+        flag="--responses-max-age",
+        help="seconds a stored response is kept",
+        shown_default="30 days",
+        group=STORED_RESPONSES,
+    )
+    responses_max_bytes: int = setting(
+        DEFAULT_RESPONSES_MAX_BYTES,
+        env="RAYGATE_RESPONSES_MAX_BYTES",
+        help="the oldest stored responses are deleted past this many bytes",
+        group=STORED_RESPONSES,
+    )
 
 
 class ConfigError(ValueError):
     """The models config cannot be read or does not validate."""
+
+
+def resolve_settings(settings: Settings) -> Settings:
+    """The settings as `raygate serve` runs with them: paths made absolute (from the working
+    directory), and the admin key read from `admin_key_file` unless `admin_key` is set."""
+    return dataclasses.replace(
+        settings,
+        config_path=settings.config_path.resolve(),
+        state_dir=settings.state_dir and settings.state_dir.resolve(),
+        admin_key=settings.admin_key or _read_key_file(settings.admin_key_file),
+    )
+
+
+def _read_key_file(path: Path | None) -> str | None:
+    """The admin key kept in a file (a Docker secret), so it is in neither `ps` nor the environment."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the admin key file {path}: {exc.strerror}") from None
 
 
 def load_config(path: Path) -> GatewayConfig:
