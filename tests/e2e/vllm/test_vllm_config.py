@@ -1,5 +1,6 @@
 """Config checks for `backend: vllm` that need no engine: a wrong config fails the replica's
-start with a message naming the key, before any process or GPU is asked for."""
+start with a message naming the key, before any process or GPU is asked for; and the model folder
+`make vllm-setup` builds is served with the shipped config's `defaults:` alone."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from raygate.backends.engines.factory import make_engine
-from raygate.backends.engines.model_files import ModelFileError, anchor_source
+from raygate.backends.engines.model_files import ModelFileError, anchor_source, generation_defaults
 from raygate.protocol.config import GatewayConfig, ModelConfig
+from tests.support.vllm import VLLM_CONFIG
 
 
 def vllm_model(folder: Path, **kw: object) -> ModelConfig:
@@ -62,3 +64,13 @@ def test_env_and_home_relative_paths_are_accepted() -> None:
     assert config.models[0].env == {"OMP_NUM_THREADS": "1"}
     # `~` is the loading node's home: the gateway does not anchor it to the config's folder.
     assert anchor_source(config.models[0].source, Path("/etc")).path == "~/models/m"  # type: ignore[arg-type]
+
+
+def test_the_built_folder_recommends_nothing(vllm_setup: None) -> None:
+    """SmolLM2's own file (models/build_vllm_models.py copies it) holds token ids only, so the
+    shipped vLLM config is served with its `defaults:` alone. The folder is `make vllm-setup`'s:
+    `vllm_setup` fails this test, with that command, where it has not been built."""
+    import yaml
+
+    path = Path(yaml.safe_load(VLLM_CONFIG.read_text())["models"][0]["source"]["path"]).expanduser()
+    assert generation_defaults(vllm_model(path)) == {}
