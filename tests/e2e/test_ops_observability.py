@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import httpx
 import openai
+import yaml
 
 from tests.support.gateway import GatewayProcess
-from tests.support.models import CHAT_MODEL, EMBED_MODEL
+from tests.support.models import CHAT_MODEL, DEFAULT_CONFIG, EMBED_MODEL
 from tests.support.ops import ADMIN_KEY, metric, scrape, wait_for
 from tests.support.replicas import replica_stats
 
@@ -45,15 +47,48 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     looked_up = grew("raygate:prompt_cache_hits_total") + grew("raygate:prompt_cache_misses_total")
     assert looked_up == 1
     assert grew("raygate:prompt_cache_reused_tokens_total") <= r.usage.prompt_tokens
-    # Prefixes restored from host memory (an evicted slot's state): counted per model, never negative.
-    restored = metric(after, "raygate:prompt_cache_restored_total", **labels)
-    assert restored is not None and restored >= 0
+    # Prefixes restored from host memory (an evicted slot's state): counted per model.
+    assert metric(after, "raygate:prompt_cache_restored_total", **labels) is not None
     # The forward passes that answered it, and the time inside them.
     passes = grew("raygate:forward_passes_total")
     assert grew("raygate:forward_tokens_total") >= passes >= 1
     assert grew("raygate:forward_seconds_total") > 0
     # vLLM's bucket layout, rendered as a Prometheus histogram.
     assert metric(after, "raygate:time_to_first_token_seconds_bucket", **labels, le="+Inf") is not None
+    # An opening whose slot other conversations took comes back from host memory: one restore.
+    assert restores_after_eviction(client, gateway) == 1
+
+
+def restores_after_eviction(client: openai.OpenAI, gateway: GatewayProcess) -> float:
+    """One conversation's turn, then twice as many other conversations as the replica has
+    prompt-cache slots (models/default.yaml's `n_seq_max`): each new prompt takes the least
+    recently used slot, so the first round alone overwrites every slot, the opening's too, whose
+    state goes to host memory before (the second round is margin, should a prompt take a slot for
+    a prefix it shares instead). Then the first conversation's next turn: no slot shares more
+    than its first few tokens, the stored state shares its whole opening, so that state is copied
+    back into a slot, once (backends/engines/llama_cpp/batched.py, `_admit`). Returns how much the
+    model's restore counter grew over that turn. A nonce first in every prompt keeps the slots and
+    stored states of earlier requests (a rerun's too) out of the way."""
+    engine = next(
+        m["engine"] for m in yaml.safe_load(DEFAULT_CONFIG.read_text())["models"] if m["name"] == CHAT_MODEL
+    )
+    nonce = uuid.uuid4().hex[:8]
+    opening = f"{nonce} You are a careful assistant who answers plainly, in one short sentence. " * 3
+
+    def ask(system: str, question: str) -> None:
+        client.chat.completions.create(
+            model=CHAT_MODEL,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=1,
+        )
+
+    ask(opening, "Name a river.")
+    for i in range(2 * engine["n_seq_max"]):
+        ask(f"{nonce}-{i} Another conversation, about something else entirely: topic number {i}. " * 2, "Hi.")
+    before = metric(scrape(gateway.url), "raygate:prompt_cache_restored_total", model_name=CHAT_MODEL) or 0
+    ask(opening, "Name a mountain.")
+    after = metric(scrape(gateway.url), "raygate:prompt_cache_restored_total", model_name=CHAT_MODEL) or 0
+    return after - before
 
 
 def test_a_repeated_prompt_comes_whole_from_the_cache(client: openai.OpenAI, gateway: GatewayProcess) -> None:
