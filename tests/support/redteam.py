@@ -11,7 +11,8 @@ import httpx
 import ray
 
 from raygate.protocol import schema_limits as limits
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, replica_actors
+from tests.support.models import CHAT_MODEL, EMBED_MODEL
+from tests.support.replicas import replica_actors
 
 LIMIT = str(limits.MAX_REPEAT)
 

@@ -1,5 +1,5 @@
 """SmolLM2 with its Q4_1 weights requantized to another type (gguf's own quantizers), cached: a
-model whose llama.cpp kernels differ from the shipped one's (tests/test_prompt_cache.py)."""
+model whose llama.cpp kernels differ from the shipped one's (tests/engine/test_prompt_cache.py)."""
 
 from __future__ import annotations
 

@@ -234,3 +234,22 @@ def penalty_must_change(
         if chosen in top and max(penalised, key=penalised.__getitem__) != chosen:
             return True
     return False
+
+
+# A schema whose every string and array is bounded, shared by the structured-output suite
+# (tests/support/suites/structured_output.py) and the batched-API test.
+# Only what both engines' grammars enforce: llama-cpp-python's converter ignores an integer's
+# minimum/maximum (it bounds integers to 16 digits), so a bound there would be a promise the
+# llama.cpp backend does not keep.
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer"},
+        "mood": {"type": "string", "enum": ["happy", "sad"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3},
+    },
+    "required": ["name", "age", "mood", "tags"],
+    "additionalProperties": False,
+}
+PERSON_MAX_TOKENS = max_json_bytes(PERSON)  # the answer must end by itself within this

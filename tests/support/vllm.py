@@ -1,4 +1,4 @@
-"""Helpers for the tests against vLLM-served models (tests/vllm_backend)."""
+"""Helpers for the tests against vLLM-served models (tests/e2e/vllm)."""
 
 from __future__ import annotations
 

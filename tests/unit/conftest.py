@@ -1,8 +1,8 @@
 """The fast layer (`make unit`): no Ray cluster, no model, no gateway process.
 
-Everything under tests/unit is marked `unit`. Nothing here may request the session fixtures of
-tests/conftest.py (`ray_address`, `gateway`, ...): they are lazy, so simply not asking keeps Ray
-unstarted. Importing `ray.exceptions` is fine; `ray.init()` is not.
+Everything under tests/unit is marked `unit`. The session fixtures that start Ray and gateways
+(`ray_address`, `gateway`, ...) live in tests/e2e/conftest.py, out of reach from here; a real
+engine in-process belongs in tests/engine. Importing `ray.exceptions` is fine; `ray.init()` is not.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A model's `generation_config.json` as sampling defaults, read the way vLLM reads it, and the
-order request > deployment `defaults:` > generation config."""
+order request > deployment `defaults:` > generation config. The file in the vLLM model folder that
+`make vllm-setup` builds is checked where that setup is required: tests/e2e/vllm/test_vllm_config.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from raygate.backends.engines.model_files import ModelFileError, generation_defa
 from raygate.protocol.chat import ChatCompletionRequest
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.sampling_defaults import SamplingDefaults
-from tests.support.vllm import VLLM_CONFIG
 
 BUILT = Path("~/.cache/raygate/models").expanduser()
 
@@ -80,17 +80,6 @@ def test_auto_without_a_file_or_for_a_gguf_is_empty(tmp_path: Path) -> None:
     assert generation_defaults(vllm_model(vllm_folder(tmp_path, None))) == {}
     gguf = ModelConfig.model_validate({"name": "m", "source": {"path": str(tmp_path / "x.gguf")}})
     assert generation_defaults(gguf) == {}
-
-
-def test_the_built_folder_recommends_nothing() -> None:
-    """SmolLM2's own file (models/build_vllm_models.py copies it) holds token ids only, so the
-    shipped vLLM config is served with its `defaults:` alone."""
-    import yaml
-
-    path = Path(yaml.safe_load(VLLM_CONFIG.read_text())["models"][0]["source"]["path"]).expanduser()
-    if not (path / "config.json").is_file():
-        pytest.skip(f"the vLLM model folder {path} has not been built")
-    assert generation_defaults(vllm_model(path)) == {}
 
 
 def test_a_folder_path_works_for_any_backend_and_must_hold_the_file(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """`engine:` settings → `Llama(...)` arguments: the generation defaults (flash attention with a
-Q8_0 V cache, which keeps the prompt cache's greedy guarantee: tests/test_prompt_cache.py) and
+Q8_0 V cache, which keeps the prompt cache's greedy guarantee: tests/engine/test_prompt_cache.py) and
 KV-cache types by llama-server's names."""
 
 from __future__ import annotations

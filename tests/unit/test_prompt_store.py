@@ -1,5 +1,5 @@
 """`PromptStore`: the host-memory copies of evicted prompt-cache slots, without a model (the
-engine's use of it, on the real SmolLM2, is in tests/test_prompt_cache.py)."""
+engine's use of it, on the real SmolLM2, is in tests/engine/test_prompt_cache.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Responses API's pieces on their own: the SQLite store (a real file: owners, age and size
 limits, reopening), the output builder (the event grammar for text, calls and cuts, and held-back
-whitespace), and the request's conversion to engine messages. tests/test_responses.py runs them
+whitespace), and the request's conversion to engine messages. tests/e2e/test_responses.py runs them
 end to end against real engines."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from raygate.backends.cluster.runtime.errors import (
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import Delta, GenerateRequest, SamplingParams
-from tests.unit.test_router import CONFIG, FakeActor, collect, deltas
+from tests.support.fake_replicas import CONFIG, FakeActor, collect, deltas
 
 REQUEST = GenerateRequest(request_id="r1", sampling=SamplingParams(), prompt="hi")
 
