@@ -38,11 +38,11 @@ DEFAULT_CORS_HEADERS = (
     "Anthropic-Dangerous-Direct-Browser-Access",
 )
 
-OPERATIONS = Group("operations", "access, limits, timeouts and shutdown (README: Operations)")
+OPERATIONS = Group("operations", "access, limits, timeouts and shutdown (docs/operations.md)")
 STORED_RESPONSES = Group(
     "stored responses",
     "POST /v1/responses with store: true keeps responses in SQLite under --state-dir (in memory "
-    "without one), shared by the gateways of a Ray namespace (README: Responses API)",
+    "without one), shared by the gateways of a Ray namespace (docs/api/responses.md)",
 )
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 

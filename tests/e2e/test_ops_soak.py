@@ -3,7 +3,7 @@ gateway, not a model, is what is under load): streamed and not, chat and complet
 leaving after the first event. Zero 5xx, zero hung requests, gauges back to 0, RSS growth reported.
 
 `make test` runs 300 requests; `make soak` runs 2,000 (RAYGATE_SOAK_REQUESTS) and prints the
-summary line recorded in the README.
+summary line recorded in docs/operations.md.
 """
 
 from __future__ import annotations

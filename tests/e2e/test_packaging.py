@@ -63,9 +63,16 @@ def test_readme_first_screen_gives_the_two_commands() -> None:
     assert "base_url" in first_screen
 
 
+def test_readme_is_a_front_door() -> None:
+    """The README stays short and points into the docs site, where the reference lives."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert "docs/index.md" in "\n".join(lines) and (REPO / "docs" / "index.md").is_file()
+
+
 def test_ci_runs_the_readme_test_command_then_the_image() -> None:
     """CI runs exactly the README's test command, then builds and checks the image and the compose
-    cluster (README: Containers); container support is prepared, never skipped."""
+    cluster (docs/deployment/containers.md); container support is prepared, never skipped."""
     lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     commands = [line for line in lines if line.startswith("make ")]
     assert commands == ["make test", "make test-image"]

@@ -4,7 +4,7 @@ client that reads nothing holds its engine back and is dropped after `--stream-s
 dies before its first token fails once, without killing the other replica.
 
 The synthetic engine measures the mechanics (it makes tokens as fast as it is asked, so an engine
-that does not wait for its reader is seen at once); docs/ and the README give the same measurement
+that does not wait for its reader is seen at once); docs/security.md gives the same measurement
 on the llama.cpp model.
 """
 

@@ -2,7 +2,7 @@
 Debian's `chromium`: Playwright's own browser download needs the internet). A gateway of its own,
 with the default models, an admin key and an API key, in its own Ray namespace.
 
-`RAYGATE_UI_SCREENSHOTS=1` also writes the README's screenshots (docs/ui-*.png).
+`RAYGATE_UI_SCREENSHOTS=1` also writes the web console page's screenshots (docs/ui-*.png).
 """
 
 from __future__ import annotations
