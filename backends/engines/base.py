@@ -149,7 +149,8 @@ class Engine(abc.ABC):
 
     The bookkeeping every engine needs is here, once: the counters (`stats()`), the ids of the
     requests in flight, and `abort()`. An engine wraps each generation in `with
-    self._running(request_id) as run:` and sets `run.ended` once its last delta is out."""
+    self._running(request_id) as run:` and sets `run.ended` as its last delta goes out (before the
+    `yield`: a consumer may close the stream as soon as it has read it)."""
 
     def __init__(self, stats: EngineStats | None = None) -> None:
         self._stats = stats if stats is not None else EngineStats()

@@ -164,3 +164,16 @@ async def test_the_synthetic_engine_uses_the_shared_bookkeeping() -> None:
     vectors = (await engine.embed(EmbedRequest(inputs=["a", "b"], request_id="e"))).embeddings
     assert all(math.isclose(math.hypot(*v), 1.0) for v in vectors)
     assert engine.stats().running == 0
+
+
+async def test_a_consumer_that_closes_on_the_last_delta_did_not_abort() -> None:
+    """The gateway closes a stream as soon as it has read the delta with `finish_reason`; the
+    request ended, so it is not an abort (it was counted as one when the engine's generator had
+    not yet returned: a race that load made likely)."""
+    engine = SyntheticEngine({"token_ms": 0})
+    stream = engine.generate(_request("last", max_tokens=3))
+    deltas = [await anext(stream) for _ in range(3)]
+    assert deltas[-1].finish_reason == "length"
+    await stream.aclose()
+    s = engine.stats()
+    assert (s.requests_total, s.running, s.aborted_total) == (1, 0, 0)

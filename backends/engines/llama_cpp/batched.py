@@ -151,6 +151,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
+                    # Out with its last delta: a consumer that closes on reading it left nothing.
+                    run.ended = delta.finish_reason is not None
                     yield delta
                 run.ended = True
 

@@ -111,6 +111,8 @@ class LlamaCppEngine(LlamaModelEngine):
                 feed = pump.thread_feed(run.cancel)
                 future = loop.run_in_executor(self._executor, self._decode, model, request, job, feed)
                 async for delta in pump:
+                    # Out with its last delta: a consumer that closes on reading it left nothing.
+                    run.ended = delta.finish_reason is not None
                     yield delta
                 run.ended = True
             await future

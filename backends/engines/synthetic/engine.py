@@ -127,6 +127,7 @@ class SyntheticEngine(Engine):
                 if i > 1 and self._gap:
                     await asyncio.sleep(self._gap)
                 self._stats.tokens_generated_total += 1
+                run.ended = i == budget
                 yield Delta(self._text, i, n_prompt, "length" if i == budget else None)
             run.ended = True
 
