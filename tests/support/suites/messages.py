@@ -22,21 +22,10 @@ from anthropic.types import Message, MessageParam, ToolParam
 from tests.support.gateway import GatewayProcess
 from tests.support.models import CHAT_MODEL
 from tests.support.structured import max_call_bytes, max_json_bytes
+from tests.support.tools import TIME_PARAMS, WEATHER_PARAMS
 
-WEATHER_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 30},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-TIME_SCHEMA = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "maxLength": 20}},
-    "required": ["zone"],
-}
+# The same two tools as the chat tool-call suite, in Anthropic's shape.
+WEATHER_SCHEMA, TIME_SCHEMA = WEATHER_PARAMS, TIME_PARAMS
 TOOLS: list[ToolParam] = [
     {"name": "get_weather", "description": "Current weather in a city", "input_schema": WEATHER_SCHEMA},
     {"name": "get_time", "description": "Current time in a time zone", "input_schema": TIME_SCHEMA},
