@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from raygate.backends.cluster.control.registrations import load_registrations
 from raygate.backends.cluster.stores.state_file import StateFileError, load_specs, state_file
 from raygate.backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
+from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.base import describe_errors
 from raygate.protocol.config import GatewayConfig, ModelConfig
 from raygate.server.options import Group, setting
@@ -306,13 +307,18 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
     """The config's models as deployment specs, with relative paths made absolute.
 
     When they will seed a new registry (no registry file yet), weights that cannot be found stop
-    the start here, before Ray starts. A config that a persisted registry overrides is not checked:
-    it is not used.
+    the start here, before Ray starts (a persisted registry overrides the config, whose weights
+    are then not used). A misspelt `engine:` key stops it either way: the file is wrong.
     """
     specs = [
         m.model_copy(update={"source": m.source and anchor_source(m.source, settings.config_path.parent)})
         for m in config.models
     ]
+    for spec in specs:  # a typo in the file is an error even where a persisted registry wins
+        try:
+            check_engine_options(spec)
+        except ValueError as exc:
+            raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
     if settings.state_dir is not None:
         _check_state_dir(settings.state_dir)
         if state_file(settings.state_dir).exists():

@@ -67,6 +67,12 @@ def test_list_shows_every_replica_with_state_and_node(gateway: GatewayProcess) -
             "aliases",
         ),
         (embed_spec("bad-key", replica=2), ["replica"], "replica"),
+        (embed_spec("bad-engine-key", engine={"n_ctxx": 512}), ["`n_ctxx`", "`n_ctx`"], "engine"),
+        (
+            embed_spec("bad-synthetic-key", backend="synthetic", engine={"tokn_ms": 1}),
+            ["unknown synthetic engine option `tokn_ms`"],
+            "engine",
+        ),
         (embed_spec("bad-replicas", replicas=0), ["replicas"], "replicas"),
     ],
     ids=lambda v: v["name"] if isinstance(v, dict) else None,

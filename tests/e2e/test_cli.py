@@ -28,6 +28,21 @@ def test_bad_config_fails_fast(tmp_path: Path) -> None:
     assert "sorce" in r.stderr
 
 
+def test_misspelt_engine_option_fails_fast_naming_it(tmp_path: Path) -> None:
+    # llama_cpp.Llama ignores unknown keyword arguments: without the check this config would serve
+    # the default context and say nothing.
+    cfg = tmp_path / "typo.yaml"
+    cfg.write_text(
+        f"models:\n  - name: x\n    source: {{path: {REPO / 'models/all-minilm-l6-v2.Q8_0.gguf'}}}\n"
+        "    task: embed\n    engine: {n_ctxx: 4096}\n"
+    )
+    r = subprocess.run(
+        [str(RAYGATE), "serve", "--config", str(cfg)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2
+    assert "model `x`" in r.stderr and "`n_ctxx` (did you mean `n_ctx`?)" in r.stderr
+
+
 def test_missing_model_file_fails_with_reason(tmp_path: Path) -> None:
     cfg = tmp_path / "missing.yaml"
     cfg.write_text("models:\n  - name: x\n    source: {path: /nonexistent/model.gguf}\n")

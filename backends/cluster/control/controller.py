@@ -40,6 +40,7 @@ from raygate.backends.cluster.runtime.placement import (
 )
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
+from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError
@@ -305,6 +306,10 @@ class Controller:
                 await asyncio.to_thread(resolve_model_file, spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise BadRequestError(str(exc), param="source") from None
+        try:
+            check_engine_options(spec)
+        except ValueError as exc:
+            raise BadRequestError(f"{exc}.", param="engine") from None
         bad = invalid_options(spec)
         if bad is not None:
             raise BadRequestError(f"Invalid resources: {bad}.", param="resources")

@@ -18,6 +18,7 @@ from raygate.backends.engines import tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
 from raygate.backends.engines.cpu_cores import usable_cores
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
+from raygate.backends.engines.llama_cpp.options import check_llama_options
 from raygate.protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,
@@ -81,6 +82,7 @@ def llama_kwargs(
     Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
     llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
     of a two-thread replica (llama-server's `-tb` defaults to `-t` too)."""
+    check_llama_options(engine_kwargs)
     kwargs = {**DEFAULT_ENGINE_KWARGS, **engine_kwargs}
     if generation:
         kwargs.setdefault("flash_attn", GENERATION_DEFAULTS["flash_attn"])

@@ -31,23 +31,19 @@ from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from raygate.protocol.generation import Delta, EmbedRequest, EmbedResult, GenerateRequest
 
+# The `engine:` keys above; anything else is refused at deploy (backends/engines/options.py).
+SYNTHETIC_OPTIONS = frozenset(
+    {"ttft_ms", "token_ms", "default_tokens", "text", "fail_after", "crash_on"}
+    | {"context_length", "embedding_dims"}
+)
+
 
 class SyntheticEngine(Engine):
     """`backend: synthetic`: fixed text at configured speeds, optionally failing after N tokens, for tests and
     benchmarks only. Unknown options are an error."""
 
     def __init__(self, engine_kwargs: dict[str, Any]) -> None:
-        known = {
-            "ttft_ms",
-            "token_ms",
-            "default_tokens",
-            "text",
-            "fail_after",
-            "crash_on",
-            "context_length",
-            "embedding_dims",
-        }
-        unknown = set(engine_kwargs) - known
+        unknown = set(engine_kwargs) - SYNTHETIC_OPTIONS
         if unknown:
             raise ValueError(f"unknown synthetic engine options: {sorted(unknown)}")
         super().__init__()
