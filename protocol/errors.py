@@ -24,7 +24,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from raygate.protocol.base import ResponseModel
 from raygate.protocol.text import printable
+
+
+class ErrorObject(ResponseModel):
+    """OpenAI's error object: what every OpenAI-shaped refusal carries under `error`."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(ResponseModel):
+    """OpenAI's error body, `{"error": {...}}`."""
+
+    error: ErrorObject
 
 
 class OpenAIError(Exception):
@@ -53,14 +69,13 @@ class OpenAIError(Exception):
 
     def to_body(self) -> dict[str, Any]:
         # A message may quote client input: a lone surrogate in it would make the body unencodable.
-        return {
-            "error": {
-                "message": printable(self.message),
-                "type": self.error_type,
-                "param": None if self.param is None else printable(self.param),
-                "code": self.code,
-            }
-        }
+        error = ErrorObject(
+            message=printable(self.message),
+            type=self.error_type,
+            param=None if self.param is None else printable(self.param),
+            code=self.code,
+        )
+        return ErrorResponse(error=error).model_dump()
 
 
 def _rebuild(cls: type[OpenAIError], message: str, param: str | None, code: str | None) -> OpenAIError:

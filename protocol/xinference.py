@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from raygate.protocol.base import RequestModel, ResponseModel, StrictModel
 from raygate.protocol.config import NAME_PATTERN, Task
+from raygate.protocol.errors import ErrorResponse
 from raygate.protocol.models import ModelCard
 
 # Xinference's model types that map onto a Raygate task: `rerank` joins as soon as the deployment
@@ -284,3 +285,10 @@ def chat_template(style: PromptStyle) -> str:
 
 def builtin_prompt_styles() -> dict[str, PromptStyle]:
     return {name: PromptStyle(style_name=name, **values) for name, values in BUILTIN_PROMPT_STYLES.items()}
+
+
+class XinferenceErrorResponse(ErrorResponse):
+    """An error on the paths Xinference shares with OpenAI: its client shows `detail`, OpenAI's reads
+    `error`, so the body carries both."""
+
+    detail: str

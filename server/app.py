@@ -42,6 +42,7 @@ from raygate.server.settings import Settings, builtin_specs, load_config, seed_s
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
 from raygate.server.transport.middleware import GatewayMiddleware
+from raygate.server.transport.openapi import install_openapi
 from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.lifecycle = lifecycle
     app.state.admission = admission
     install_error_handlers(app)
+    install_openapi(app)
     # xinference before models: its `/v1/models/prompts` must win over `/v1/models/{id:path}`.
     for module in (
         chat,

@@ -8,16 +8,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from raygate.protocol.messages import CountTokensRequest, MessagesRequest
+from raygate.protocol.messages_response import CountTokensResponse, Message
 from raygate.server.serving.messages import CountTokensServing, MessagesServing
+from raygate.server.transport.openapi import answers
 
 router = APIRouter()
 
 
-@router.post("/v1/messages", response_model=None)
+@router.post("/v1/messages", response_model=None, responses=answers(Message, stream=True))
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     return await MessagesServing(body, request).respond()
 
 
-@router.post("/v1/messages/count_tokens", response_model=None)
+@router.post("/v1/messages/count_tokens", response_model=None, responses=answers(CountTokensResponse))
 async def count_message_tokens(body: CountTokensRequest, request: Request) -> Response:
     return await CountTokensServing(body, request).respond()

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from raygate.protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
 from raygate.protocol.messages_response import ErrorEvent
 from raygate.protocol.text import printable
+from raygate.protocol.xinference import XinferenceErrorResponse
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def error_body(exc: OpenAIError, path: str = "") -> dict[str, Any]:
         return ErrorEvent.of(exc).model_dump()
     body = exc.to_body()
     if speaks_xinference(path):
-        body["detail"] = body["error"]["message"]
+        return XinferenceErrorResponse(**body, detail=body["error"]["message"]).model_dump()
     return body
 
 

@@ -1,6 +1,8 @@
 """Fuzzing (fault test 6): schemathesis generates requests from the gateway's own OpenAPI document,
 valid and invalid, and sends them to the running operations gateway. Nothing may answer 5xx, hang
-or crash the process, and every client error must be an OpenAI error body.
+or crash the process; every answer's status is one the document lists for its route, and its body
+is valid against the schema the document gives for that status (the API's own error shape for a
+refusal: server/transport/openapi.py).
 
 Bounded: RAYGATE_FUZZ_EXAMPLES cases per operation and mode (default 25, about a minute);
 `make fuzz` runs 200.
@@ -17,6 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from tests.support.gateway import GatewayProcess
 from tests.support.ops import ADMIN_KEY
@@ -48,6 +51,7 @@ def _fuzz(
         status = response.status_code
         seen[status] = seen.get(status, 0) + 1
         assert status < 500, f"{case.method} {case.path}: {status} {response.text[:500]}"
+        case.validate_response(response, checks=[status_code_conformance, response_schema_conformance])
         if status >= 400 and case.path.startswith("/v1/"):
             error = response.json()["error"]
             assert isinstance(error["message"], str) and len(response.content) < 4000
