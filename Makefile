@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser vllm-setup serve test test-core unit engine lint docs soak fuzz bench constraints test-image
+.PHONY: setup browser vllm-setup serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -107,6 +107,15 @@ soak: setup
 
 fuzz: setup
 	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/e2e/test_ops_fuzz.py -s --timeout 1800
+
+# Faults under mixed traffic on a two-raylet cluster (tests/e2e/test_ops_chaos.py): a fault every ~2
+# minutes for CHAOS_MINUTES, then the tables docs/operations.md quotes (also in build/chaos.md).
+# Exit status 0 only when every rule held. `make test` runs 5 minutes of it.
+CHAOS_MINUTES ?= 60
+chaos: setup
+	mkdir -p build
+	RAYGATE_CHAOS_MINUTES=$(CHAOS_MINUTES) RAYGATE_CHAOS_REPORT=build/chaos.md \
+	  $(BIN)/python -m pytest tests/e2e/test_ops_chaos.py -s
 
 # Benchmark-only dependencies (matplotlib, llama_cpp.server's extras); the llama-cpp-python wheel
 # itself is already installed, so pip only adds the extras. See docs/performance.md.

@@ -130,7 +130,7 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -159,7 +159,7 @@ def descendants(root: int) -> list[int]:
 
 def replica_pids(gateway_pid: int) -> list[int]:
     """The gateway's embedded Ray runs the replicas as `ray::ModelWorker` worker processes."""
-    return sorted(p for p in descendants(gateway_pid) if "ModelWorker" in _cmdline(p))
+    return sorted(p for p in descendants(gateway_pid) if "ModelWorker" in cmdline(p))
 
 
 def maps_file(pid: int, path: Path) -> bool:

@@ -535,7 +535,7 @@ def _running(pids: list[int]) -> list[int]:
     return alive
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -561,17 +561,17 @@ def test_a_killed_gateway_leaves_no_ray_process_behind(tmp_path: Path) -> None:
     gateway by about a minute here). Watchdog killed too: the next embedded start cleans up."""
     first = _start_embedded(tmp_path, "first")
     tree = descendants(first.proc.pid)
-    ray_procs = [p for p in tree if "raygate.backends.cluster.runtime.embedded" not in _cmdline(p)]
-    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in _cmdline(p)]
-    assert len(watchdog) == 1 and any("raylet" in _cmdline(p) for p in ray_procs), [_cmdline(p) for p in tree]
+    ray_procs = [p for p in tree if "raygate.backends.cluster.runtime.embedded" not in cmdline(p)]
+    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in cmdline(p)]
+    assert len(watchdog) == 1 and any("raylet" in cmdline(p) for p in ray_procs), [cmdline(p) for p in tree]
     first.proc.send_signal(signal.SIGKILL)
     first.stop()
     left = _wait_gone(tree, WATCHDOG_BOUND_S)
-    assert not left, f"left behind: {[_cmdline(p) for p in left]}"
+    assert not left, f"left behind: {[cmdline(p) for p in left]}"
 
     second = _start_embedded(tmp_path, "second")
     tree = descendants(second.proc.pid)
-    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in _cmdline(p)]
+    watchdog = [p for p in tree if "raygate.backends.cluster.runtime.embedded" in cmdline(p)]
     os.kill(watchdog[0], signal.SIGKILL)
     second.proc.send_signal(signal.SIGKILL)
     second.stop()
@@ -582,10 +582,10 @@ def test_a_killed_gateway_leaves_no_ray_process_behind(tmp_path: Path) -> None:
     third = _start_embedded(tmp_path, "third")
     try:
         left = _wait_gone(survivors, WATCHDOG_BOUND_S)
-        assert not left, f"the next start left them: {[_cmdline(p) for p in left]}"
+        assert not left, f"the next start left them: {[cmdline(p) for p in left]}"
         tree = descendants(third.proc.pid)
     finally:
         code = third.stop()
     assert code == 0, third.log()[-4000:]
     left = _wait_gone(tree, WATCHDOG_BOUND_S)
-    assert not left, f"left behind by a clean stop: {[_cmdline(p) for p in left]}"
+    assert not left, f"left behind by a clean stop: {[cmdline(p) for p in left]}"

@@ -329,6 +329,29 @@ async def test_dead_replica_is_not_replaced_when_nothing_can_host_it(make: Any) 
     assert [r.id for r in dep.route().replicas] == ["m#1"]
 
 
+async def test_a_replica_with_no_room_is_replaced_once_a_node_can_host_it(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node killed and brought back (`make chaos`): its replicas come back with it."""
+    monkeypatch.setattr(deployment_module, "NO_ROOM_RETRY_SECONDS", 0.01)
+    dep, actors, _ = make(replicas=2)
+    dep.reconcile()
+    for a in actors.started:
+        a.ready()
+    await settle(lambda: dep.state == "ready")
+    actors.infeasible = "no alive node offers {'side': 1.0}"
+    actors.started[1].die()
+    await settle(lambda: "not replaced" in (dep.error or ""))
+    assert "looking again every 0.01s" in (dep.error or "")
+    await asyncio.sleep(0.05)  # several looks, while the cluster still has no room
+    assert len(actors.started) == 2 and dep.state == "degraded"
+    actors.infeasible = None  # the node is back
+    await settle(lambda: len(actors.started) == 3)
+    actors.started[2].ready()
+    await settle(lambda: dep.state == "ready")
+    assert dep.restarts == 1
+
+
 # ---- scale ----------------------------------------------------------------------------------------
 
 

@@ -54,6 +54,9 @@ from raygate.protocol.config import ModelConfig
 log = logging.getLogger(__name__)
 
 UPDATE_POLL_SECONDS = 0.2
+# A dead replica that no alive node can host (its node died, with the resources only it offered) is
+# looked at again this often: a node that comes back, or a new one, gets it (found by `make chaos`).
+NO_ROOM_RETRY_SECONDS = 5.0
 UPDATE_DRAIN_SECONDS = 60.0
 MAX_EVENTS = 20
 
@@ -324,7 +327,11 @@ class Deployment:
         if self._closed or rec not in self.replicas:
             return
         if why is not None:
-            if wait is not None and wait != float("inf"):
+            if wait is None:  # the budget allows; the cluster has no room (a node is gone): look again
+                wait = NO_ROOM_RETRY_SECONDS
+                why = f"{why}; looking again every {wait:g}s"
+                self._spawn(self._replace_later(rec, death, wait))
+            elif wait != float("inf"):
                 why = f"{why}; next try in {wait:.0f}s"
                 self._spawn(self._replace_later(rec, death, wait))
             rec.error = f"{death}; not replaced: {why}"[:MAX_REASON_CHARS]

@@ -1,0 +1,270 @@
+"""The chaos run's traffic: a closed loop of clients mixing every API the gateway serves, each request
+classified by what its client saw.
+
+Raw HTTP rather than the SDKs: an SDK retries, and turns a stream cut short into an exception that
+looks like any other; here every request is sent once, and its end is judged from the bytes. A
+request ends in one of four ways:
+
+- `ok`: a complete answer (a JSON body with the API's fields; a stream that reached the API's own
+  end: `[DONE]`, `response.completed`, `message_stop`) and no error in it;
+- `refused`: an error the client can see: a status with the API's error body, an in-band error
+  frame followed by the stream's end, or a connection refused by a gateway that is down;
+- `silent`: anything else: a stream cut without an error, a body that does not parse, a 200
+  without the answer's fields (the losses the run must never see);
+- `hung`: no end within the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+DEADLINE_S = 180.0  # a request still open after this counts as hung (each needs seconds)
+OK, REFUSED, SILENT, HUNG = "ok", "refused", "silent", "hung"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    api: str
+    kind: str  # OK, REFUSED, SILENT or HUNG
+    status: int  # HTTP status; 0 when none arrived
+    code: str | None  # the error body's code (or type), when refused
+    started: float  # time.monotonic()
+    ended: float
+    gateway: str
+    detail: str = ""
+
+
+@dataclass
+class Models:
+    chat: str
+    embed: str
+    rerank: str
+
+
+@dataclass
+class Traffic:
+    """Gateways to spread requests over (the fault schedule swaps one while it restarts) and what
+    the clients have done so far."""
+
+    gateways: list[str]
+    models: Models
+    headers: dict[str, str] = field(default_factory=dict)
+    outcomes: list[Outcome] = field(default_factory=list)
+    stored: list[str] = field(default_factory=list)  # Responses ids answered with store: true
+    paused: set[str] = field(default_factory=set)  # APIs no client sends now (scale-to-zero fault)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, concurrency: int, seed: int) -> None:
+        """`concurrency` clients, each sending one request after another until `stop` is set."""
+        limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(headers=self.headers, limits=limits, timeout=DEADLINE_S) as client:
+            await asyncio.gather(*(self._client(client, random.Random(seed + i)) for i in range(concurrency)))
+
+    async def _client(self, client: httpx.AsyncClient, rng: random.Random) -> None:
+        while not self.stop.is_set():
+            api, send = rng.choice([(a, s) for a, s in REQUESTS.items() if a not in self.paused])
+            gateway = rng.choice(self.gateways)
+            started = time.monotonic()
+            try:
+                kind, status, code, detail = await asyncio.wait_for(
+                    send(self, client, gateway, rng), DEADLINE_S
+                )
+            except TimeoutError:
+                kind, status, code, detail = HUNG, 0, None, "no end within the deadline"
+            except httpx.ConnectError as exc:  # nothing was accepted: the client knows at once
+                kind, status, code, detail = REFUSED, 0, "connect", repr(exc)[:200]
+            except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+                kind, status, code, detail = SILENT, 0, None, repr(exc)[:300]
+            self.outcomes.append(Outcome(api, kind, status, code, started, time.monotonic(), gateway, detail))
+
+
+Result = tuple[str, int, str | None, str]
+Send = Callable[[Traffic, httpx.AsyncClient, str, random.Random], Awaitable[Result]]
+
+
+def _refusal(r: httpx.Response, body: Any) -> Result:
+    """A non-200 answer: refused when its body is the API's error, silent otherwise."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return REFUSED, r.status_code, error.get("code") or error.get("type"), error["message"][:200]
+    return SILENT, r.status_code, None, f"error without the API's body: {r.text[:200]}"
+
+
+async def _post_json(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], check: Callable[[Any], bool]
+) -> Result:
+    r = await client.post(url, json=body)
+    data = r.json()
+    if r.status_code != 200:
+        return _refusal(r, data)
+    return (OK, 200, None, "") if check(data) else (SILENT, 200, None, f"incomplete answer: {r.text[:200]}")
+
+
+# What one stream event means, as an API's `end` function says it.
+GO_ON, ERROR, END, ERROR_END = "go-on", "error", "end", "error-end"
+
+
+async def _stream(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], end: Callable[[str | None, Any], str]
+) -> Result:
+    """A server-sent event stream read to its end. `end(event, data)` says what each event means
+    (GO_ON, ERROR: an error frame, END: the API's last event, ERROR_END: both); OpenAI's
+    `data: [DONE]` is passed as the string "[DONE]". Ended after an error frame: refused; ended
+    without one: ok; not ended: silent."""
+    async with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return _refusal(r, json.loads(r.content))
+        event: str | None = None
+        error: str | None = None
+        async for line in r.aiter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                payload = line[6:]
+                meaning = end(event, payload if payload == "[DONE]" else json.loads(payload))
+                if meaning in (ERROR, ERROR_END):
+                    error = payload[:200]
+                if meaning in (END, ERROR_END):
+                    return (REFUSED, 200, "in-band", error) if error else (OK, 200, None, "")
+        return SILENT, 200, None, f"stream ended without its end event (last: {event}; error: {error})"
+
+
+def _openai_end(event: str | None, data: Any) -> str:
+    """Chat and completions: chunks, perhaps an error frame, then `[DONE]`."""
+    if data == "[DONE]":
+        return END
+    return ERROR if "error" in data else GO_ON
+
+
+def _responses_end(event: str | None, data: Any) -> str:
+    """Responses: `error` then `response.failed`, or `response.completed` / `.incomplete`."""
+    kind = data.get("type")
+    if kind in ("response.completed", "response.incomplete"):
+        return END
+    return {"response.failed": ERROR_END, "error": ERROR}.get(kind, GO_ON)
+
+
+def _messages_end(event: str | None, data: Any) -> str:
+    """Messages: `message_stop`, or Anthropic's `error` event, after which nothing follows."""
+    return {"message_stop": END, "error": ERROR_END}.get(event or "", GO_ON)
+
+
+async def chat_tools(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    body = {
+        "model": t.models.chat,
+        "messages": [{"role": "user", "content": f"Weather in Paris? ({rng.random():.3f})"}],
+        "tools": [tool],
+        "max_tokens": rng.randint(8, 32),
+    }
+    return await _post_json(c, f"{url}/v1/chat/completions", body, lambda d: d["choices"][0]["finish_reason"])
+
+
+async def chat_schema_stream(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {
+        "model": t.models.chat,
+        "messages": [{"role": "user", "content": f"A number please ({rng.random():.3f})"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+        "max_tokens": rng.randint(8, 24),
+        "stream": True,
+    }
+    return await _stream(c, f"{url}/v1/chat/completions", body, _openai_end)
+
+
+async def completion(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    body: dict[str, Any] = {"model": t.models.chat, "prompt": f"Once upon a time {rng.random():.3f}"}
+    body["max_tokens"] = rng.randint(4, 32)
+    if rng.random() < 0.5:
+        return await _stream(c, f"{url}/v1/completions", {**body, "stream": True}, _openai_end)
+    return await _post_json(c, f"{url}/v1/completions", body, lambda d: d["choices"][0]["finish_reason"])
+
+
+async def embeddings(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    body = {"model": t.models.embed, "input": [f"chaos {rng.random():.4f}", "second input"]}
+    return await _post_json(c, f"{url}/v1/embeddings", body, lambda d: len(d["data"][1]["embedding"]) > 0)
+
+
+async def rerank(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    body = {"model": t.models.rerank, "query": "what is ray?", "documents": ["a cluster", "a fish", "light"]}
+    return await _post_json(c, f"{url}/v1/rerank", body, lambda d: len(d["results"]) == 3)
+
+
+async def responses_chain(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    """A stored response, then a streamed follow-up through `previous_response_id`."""
+    first = {
+        "model": t.models.chat,
+        "input": f"Say a word ({rng.random():.3f})",
+        "max_output_tokens": 16,
+    }  # OpenAI's least
+    r = await c.post(f"{url}/v1/responses", json=first)
+    data = r.json()
+    if r.status_code != 200:
+        return _refusal(r, data)
+    if data["status"] not in ("completed", "incomplete") or not data["output"]:
+        return SILENT, 200, None, f"stored response not complete: {r.text[:200]}"
+    t.stored.append(data["id"])
+    follow = {
+        "model": t.models.chat,
+        "input": "And another",
+        "previous_response_id": data["id"],
+        "max_output_tokens": rng.randint(16, 32),
+        "stream": True,
+    }
+    return await _stream(c, f"{url}/v1/responses", follow, _responses_end)
+
+
+async def messages(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    body = {
+        "model": t.models.chat,
+        "max_tokens": rng.randint(8, 32),
+        "messages": [{"role": "user", "content": f"Hello ({rng.random():.3f})"}],
+        "stream": rng.random() < 0.6,
+    }
+    if not body["stream"]:
+        return await _post_json(c, f"{url}/v1/messages", body, lambda d: d["stop_reason"] is not None)
+    return await _stream(c, f"{url}/v1/messages", body, _messages_end)
+
+
+async def xinference(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    """Xinference's description of a running model, then a chat through its client's path."""
+    r = await c.get(f"{url}/v1/models/{t.models.chat}")
+    data = r.json()
+    if r.status_code != 200:
+        return _refusal(r, data)
+    if data.get("model_type") != "LLM":
+        return SILENT, 200, None, f"not Xinference's model card: {r.text[:200]}"
+    body = {"model": t.models.chat, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    return await _post_json(c, f"{url}/v1/chat/completions", body, lambda d: d["choices"][0]["finish_reason"])
+
+
+REQUESTS: dict[str, Send] = {
+    "chat+tools": chat_tools,
+    "chat+schema/stream": chat_schema_stream,
+    "completions": completion,
+    "embeddings": embeddings,
+    "rerank": rerank,
+    "responses": responses_chain,
+    "messages": messages,
+    "xinference": xinference,
+}
