@@ -62,9 +62,10 @@ class Watch:
                 cmd = cmdline(pid)
                 if "ray::Controller" in cmd:
                     found[pid] = "controller"
-                elif "ModelWorker" in cmd:
-                    model = next((m for m, path in self.models.items() if maps_file(pid, path)), "replica")
-                    found[pid] = f"replica {model}"
+                elif "ModelWorker" in cmd:  # named by the weights it maps; none yet: still loading
+                    model = next((m for m, path in self.models.items() if maps_file(pid, path)), None)
+                    if model is not None:
+                        found[pid] = f"replica {model}"
         return found
 
     def sample(self, now: float, roots: list[int], gateways: dict[str, int]) -> None:
