@@ -30,7 +30,9 @@ def _bindir() -> Path | None:
         found = Path(subprocess.run([pg_config, "--bindir"], capture_output=True, text=True).stdout.strip())
         if (found / "initdb").exists():
             return found
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+    )
     return versions[-1].parent if versions else None
 
 
