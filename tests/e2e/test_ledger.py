@@ -320,7 +320,8 @@ def test_max_parallel_holds_across_gateways(pair: Pair) -> None:
     body = {
         "model": CHAT_MODEL,
         "messages": [{"role": "user", "content": "Count to fifty."}],
-        "max_tokens": 64,
+        "max_tokens": 1800,  # long enough to be running still when the second request comes
+        "ignore_eos": True,
         "stream": True,
     }
     headers = {"Authorization": f"Bearer {key}"}
@@ -329,9 +330,10 @@ def test_max_parallel_holds_across_gateways(pair: Pair) -> None:
         http.stream("POST", f"{pair.first.url}/v1/chat/completions", json=body, headers=headers) as held,
     ):
         assert held.status_code == 200
-        next(held.iter_lines())  # running: it holds the key's one slot
+        lines = held.iter_lines()
+        first = next(lines)  # running: it holds the key's one slot (closed below: aborted)
         busy = chat(pair.second, key)
-        assert busy.status_code == 429, busy.text
+        assert busy.status_code == 429, (busy.text, first, list(lines)[:5])
         assert busy.json()["error"]["code"] == "parallel_requests_exceeded"
     eventually(lambda: chat(pair.second, key).status_code == 200, "the slot is given back")
 
