@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -58,7 +58,7 @@ def add_ledger_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     audit.add_argument("--json", action="store_true", help="print the raw JSON")
 
 
-def table(rows: list[tuple[str, ...]]) -> None:
+def table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -4,7 +4,7 @@ budgets, and the append-only log of admin actions."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -12,6 +12,10 @@ from raygate.protocol.base import ResponseModel, StrictModel
 from raygate.protocol.errors import OpenAIError
 
 MIN_NAME_CHARS = 1
+# Counts a database integer holds (PostgreSQL's BIGINT), with room to add a day's usage.
+MAX_TOKENS = 1 << 62
+# PostgreSQL's text refuses NUL: a name with one is a 400 here, not a database error.
+Text = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
 
 
 class KeyNotFoundError(OpenAIError):
@@ -30,9 +34,15 @@ class KeyBudget(StrictModel):
     """What one key may spend. Days and months are UTC calendar days and months; a request that
     finds the key over a token budget gets 429 `insufficient_quota` with the time it resets."""
 
-    tokens_per_day: int | None = Field(None, gt=0, description="Prompt + completion tokens per UTC day.")
-    tokens_per_month: int | None = Field(None, gt=0, description="Prompt + completion tokens per UTC month.")
-    max_parallel: int | None = Field(None, gt=0, description="Requests running at once, across gateways.")
+    tokens_per_day: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Prompt + completion tokens per UTC day."
+    )
+    tokens_per_month: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Prompt + completion tokens per UTC month."
+    )
+    max_parallel: int | None = Field(
+        None, gt=0, le=1 << 31, description="Requests running at once, across gateways."
+    )
 
     @property
     def limits_tokens(self) -> bool:
@@ -46,12 +56,18 @@ class KeyBudget(StrictModel):
 class KeyCreate(StrictModel):
     """`POST /admin/keys`. Strict: a misspelt `budget` or `models` fails instead of granting more."""
 
-    name: str = Field(min_length=MIN_NAME_CHARS, max_length=256)
-    models: list[str] | None = Field(None, description="Model names or aliases; omitted = every model.")
-    requests_per_minute: float | None = Field(None, gt=0)
+    name: Text
+    models: list[Text] | None = Field(
+        None, max_length=1024, description="Model names or aliases; omitted = every model."
+    )
+    requests_per_minute: float | None = Field(None, gt=0, allow_inf_nan=False)
     budget: KeyBudget = Field(default_factory=KeyBudget)
-    expires_at: float | None = Field(None, description="Unix time after which the key is refused.")
-    expires_in_s: float | None = Field(None, gt=0, description="Or: seconds from now.")
+    expires_at: float | None = Field(
+        None, allow_inf_nan=False, description="Unix time after which the key is refused."
+    )
+    expires_in_s: float | None = Field(
+        None, gt=0, le=1e11, allow_inf_nan=False, description="Or: seconds from now."
+    )
 
 
 class KeyInfo(ResponseModel):

@@ -8,6 +8,7 @@ its creation or rotation; the ledger keeps only its digest.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -40,9 +41,13 @@ def parse_time(value: str | None, param: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise BadRequestError(f"`{param}` must be a finite time.", param=param)
+        return seconds
     try:
         when = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -52,6 +57,13 @@ def parse_time(value: str | None, param: str) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return when.timestamp()
+
+
+def plain(value: str | None, param: str) -> str | None:
+    """A filter as the database can compare it (PostgreSQL's text holds no NUL)."""
+    if value is not None and "\x00" in value:
+        raise BadRequestError(f"`{param}` may not contain NUL characters.", param=param)
+    return value
 
 
 def parse_groups(value: str) -> list[str]:
@@ -77,8 +89,8 @@ async def usage(
 ) -> UsageReport:
     groups = parse_groups(group_by)
     filters: dict[str, Any] = {
-        "key_id": key_id,
-        "model": model,
+        "key_id": plain(key_id, "key_id"),
+        "model": plain(model, "model"),
         "since": parse_time(since, "since"),
         "until": parse_time(until, "until"),
     }
@@ -134,6 +146,6 @@ async def audit_log(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditLog:
     """The newest entries first. Admin actions reach the log within a second of their answer."""
-    filters = {"since": parse_time(since, "since"), "actor": actor, "limit": limit}
+    filters = {"since": parse_time(since, "since"), "actor": plain(actor, "actor"), "limit": limit}
     await request.app.state.ledger_writer.flush()
     return AuditLog(data=await _ledger(request).call("audit_log", filters))
