@@ -19,6 +19,7 @@ from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
 from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
+from raygate.backends.cluster.stores.ledger_db import database_problem
 from raygate.backends.cluster.stores.response_db import StoreLimits
 from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
 from raygate.server.access.auth import KeyStore
@@ -44,7 +45,7 @@ from raygate.server.routes import (
     xinference,
 )
 from raygate.server.serving.admission import Admission, ModelGate
-from raygate.server.settings import Settings, builtin_specs, load_config, seed_specs
+from raygate.server.settings import ConfigError, Settings, builtin_specs, load_config, seed_specs
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
 from raygate.server.transport.middleware import GatewayMiddleware
@@ -68,6 +69,8 @@ def build_app(settings: Settings) -> FastAPI:
     seed = seed_specs(load_config(settings.config_path), settings)
     builtins = builtin_specs()
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
+    if settings.database_url and (problem := database_problem(settings.database_url)):
+        raise ConfigError(problem)
     metrics = GatewayMetrics()
     history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)

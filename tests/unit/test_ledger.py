@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from raygate.backends.cluster.stores.ledger import Ledger
-from raygate.backends.cluster.stores.ledger_db import DB_FILE, LedgerDB, UsageRecord, windows
+from raygate.backends.cluster.stores.ledger_db import (
+    DB_FILE,
+    LedgerDB,
+    UsageRecord,
+    database_problem,
+    windows,
+)
 from raygate.protocol.errors import AuthenticationError, QuotaExceededError, RateLimitError
 from raygate.protocol.ledger import KeyBudget, KeyCreate
 from raygate.server.access.auth import KeyStore
@@ -104,6 +110,13 @@ def test_keys_are_stored_as_digests_rotated_revoked_and_expire(tmp_path: Path) -
     assert db.revoke_key(made.id).state == "revoked"
     assert made.id not in {k.id for k in db.active_keys()}
     assert {k.id for k in db.list_keys()} == {made.id, soon.id}  # kept, so usage still names them
+
+
+def test_a_database_url_that_cannot_work_is_explained() -> None:
+    assert database_problem("sqlite://") is None
+    assert "cannot use --database-url" in str(database_problem("nosuchdb://x"))
+    refused = database_problem("postgresql://someone:secret@127.0.0.1:1/raygate")
+    assert refused is not None and "cannot connect to" in refused and "secret" not in refused
 
 
 def test_the_ledger_admits_until_the_budget_is_spent() -> None:

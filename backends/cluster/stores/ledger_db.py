@@ -161,7 +161,8 @@ def engine_for(url: str | None, state_dir: Path | None) -> sa.Engine:
     if url:
         if url.startswith(("postgresql://", "postgres://")):
             url = "postgresql+psycopg://" + url.split("://", 1)[1]
-        return sa.create_engine(url, pool_pre_ping=True)
+        connect_args = {"connect_timeout": 10} if url.startswith("postgresql+psycopg") else {}
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     if state_dir is None:
         return sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -176,6 +177,25 @@ def engine_for(url: str | None, state_dir: Path | None) -> sa.Engine:
         cursor.close()
 
     return engine
+
+
+def database_problem(url: str) -> str | None:
+    """Why the database at `url` cannot be used (it cannot be parsed, its driver is missing, or
+    it does not answer within seconds), or None. Asked before Ray starts, so a typo in
+    `--database-url` stops `raygate serve` with its reason instead of a ledger actor that Ray
+    restarts forever."""
+    try:
+        engine = engine_for(url, None)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        return f"cannot use --database-url: {exc}"
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.SQLAlchemyError as exc:
+        return f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc.orig or exc}"
+    finally:
+        engine.dispose()
+    return None
 
 
 def migrate(engine: sa.Engine) -> None:
