@@ -192,7 +192,8 @@ def database_problem(url: str) -> str | None:
         with engine.connect():
             pass
     except sa.exc.SQLAlchemyError as exc:
-        return f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc.orig or exc}"
+        cause = getattr(exc, "orig", None) or exc
+        return f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {cause}"
     finally:
         engine.dispose()
     return None
