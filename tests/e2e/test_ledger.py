@@ -6,7 +6,8 @@ tests/support/postgres.py): what each records lands in one place and equals, tok
 embeddings); a key made through one works on the other and, revoked, stops within a second on
 both; a token budget spent through one gateway stops the key on the other with OpenAI's
 `insufficient_quota`; `max_parallel` holds across them; admin actions are audited. A third
-gateway keeps its ledger in SQLite under --state-dir, which outlives the ledger actor.
+gateway keeps its ledger in SQLite under --state-dir, whose usage outlives a restart of the
+gateway and of the ledger actor.
 """
 
 from __future__ import annotations
