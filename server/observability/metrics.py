@@ -147,6 +147,16 @@ class GatewayMetrics:
             "Replicas the model aims at: its fixed count, or the autoscaler's latest choice.",
             registry=r,
         )
+        # Per API key (bounded: `KeyLabels`), from the usage each request records.
+        self.key_prompt_tokens = Counter(
+            f"{PREFIX}key_prompt_tokens_total", "Prompt tokens per API key id.", registry=r
+        )
+        self.key_generation_tokens = Counter(
+            f"{PREFIX}key_generation_tokens_total", "Generated tokens per API key id.", registry=r
+        )
+        self.key_requests = Counter(
+            f"{PREFIX}key_requests_total", "Requests that reached a model, per API key id.", registry=r
+        )
         self.scaling_events = Counter(
             f"{PREFIX}scaling_events_total",
             "Changes of the desired replica count (autoscaler or admin), cluster-wide.",

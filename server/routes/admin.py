@@ -14,6 +14,7 @@ from raygate.protocol.admin import DeploymentList, DeploymentStatus, ScaleReques
 from raygate.protocol.admin import MetricsHistory as MetricsHistoryBody
 from raygate.protocol.config import ModelConfig
 from raygate.server.access.admin_auth import require_admin_key
+from raygate.server.context import request_context
 from raygate.server.observability.metrics_history import MetricsHistory
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin_key)])
@@ -37,6 +38,7 @@ async def get_deployment(name: str, request: Request) -> DeploymentStatus:
 
 @router.post("/deployments", status_code=202)
 async def deploy(spec: ModelConfig, request: Request) -> DeploymentStatus:
+    request_context(request).audit_target = spec.name
     status: DeploymentStatus = await _cluster(request).admin("deploy", spec)
     return status
 

@@ -170,7 +170,8 @@ class GenerationServing(Serving[BodyT]):
             check_sequence_count(len(requests), 1, limit, self.prompts_param)
         for r in requests:
             defaults.beyond(self.body, r.sampling)
-        deltas = merge([model.generate(r) for r in requests])
+        spp = self.samples_per_prompt
+        deltas = merge([model.generate(r, counts_prompt=i % spp == 0) for i, r in enumerate(requests)])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
         tally = await collect(self.request, deltas)

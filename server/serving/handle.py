@@ -3,19 +3,28 @@
 It adds what every engine call needs and no endpoint should repeat: the admission wait, the engine
 request id prefixed with the HTTP request id, the time-to-first-token and total deadlines (on
 expiry the engine stream is cancelled, which aborts the engine request), the drain stop, and the
-per-model metrics (TTFT, time per output token, end-to-end latency, queue time, token counts).
-The router is private: every engine call, `/tokenize` included, goes through a method here.
+per-model metrics (TTFT, time per output token, end-to-end latency, queue time, token counts),
+and the request's token usage for the ledger. The router is private: every engine call,
+`/tokenize` included, goes through a method here.
+
+Usage is counted here because every endpoint's engine calls pass through (chat, completions,
+Responses, Messages, embeddings, rerank): the same counts the endpoint renders as its `usage`
+(prompt tokens once per prompt however many samples, `counts_prompt`), recorded once per request
+when it has ended (`record_usage`, on the request context's close: off the request's latency).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import Request
 
 from raygate.backends.cluster.routing.router import ModelRouter
+from raygate.backends.cluster.stores.ledger_db import UsageRecord
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from raygate.protocol.generation import (
@@ -30,9 +39,26 @@ from raygate.protocol.generation import (
 )
 from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.context import RequestContext, request_context
+from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.usage_metrics import KeyLabels, count_usage
 from raygate.server.serving.admission import Admission, Ticket
 from raygate.server.settings import Settings
+
+# The key id of requests to a gateway without keys.
+ANONYMOUS = "anonymous"
+
+
+@dataclass
+class UsageCount:
+    """A request's tokens so far, over all its engine calls. Reasoning tokens stay 0 until an
+    engine reports them apart from the completion."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def _earliest(*deadlines: float | None) -> float | None:
@@ -64,6 +90,7 @@ class ModelHandle:
         self._ttft_deadline = None if ttft is None else ctx.started + ttft
         self._total_deadline = None if total is None else ctx.started + total
         self._queued_observed = False
+        self.usage = UsageCount()
 
     def sampling_defaults(self) -> SamplingDefaults:
         """The model's defaults: its `defaults:` over its generation config (ModelRouter)."""
@@ -91,7 +118,9 @@ class ModelHandle:
     def _engine_id(self, request_id: str) -> str:
         return f"{self._ctx.request_id}/{request_id}"
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+    async def generate(self, request: GenerateRequest, *, counts_prompt: bool = True) -> AsyncIterator[Delta]:
+        """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
+        prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         loop = asyncio.get_running_loop()
@@ -118,11 +147,16 @@ class ModelHandle:
             close = getattr(stream, "aclose", None)  # an async generator: close it if we left early
             if close is not None:
                 await close()
-            self._record(last, first_at, loop.time())
+            self._record(last, first_at, loop.time(), counts_prompt)
 
-    def _record(self, last: Delta | None, first_at: float | None, end: float) -> None:
+    def _record(self, last: Delta | None, first_at: float | None, end: float, counts_prompt: bool) -> None:
         if last is None:
             return
+        self.usage.calls += 1
+        self.usage.completion_tokens += last.completion_tokens
+        if counts_prompt:
+            self.usage.prompt_tokens += last.prompt_tokens
+            self.usage.cached_tokens += last.cached_tokens or 0
         self._metrics.prompt_tokens.add(self._labels, last.prompt_tokens)
         self._metrics.generation_tokens.add(self._labels, last.completion_tokens)
         if last.finish_reason is None:
@@ -153,6 +187,8 @@ class ModelHandle:
 
     def _record_whole(self, prompt_tokens: int) -> None:
         """Metrics of a call answered whole (no tokens generated): prompt tokens, success, e2e."""
+        self.usage.calls += 1
+        self.usage.prompt_tokens += prompt_tokens
         self._metrics.prompt_tokens.add(self._labels, prompt_tokens)
         self._metrics.success.inc({**self._labels, "finished_reason": "stop"})
         self._metrics.e2e.observe(self._labels, asyncio.get_running_loop().time() - self._ctx.started)
@@ -176,8 +212,35 @@ class ModelHandle:
         )
 
 
-def open_model(request: Request, router: ModelRouter) -> ModelHandle:
-    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router."""
+def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
+    """Hand the request's usage to the ledger writer and the per-key metrics (a request that
+    reached no engine has none)."""
+    usage = handle.usage
+    if not usage.calls:
+        return
+    state = request.app.state
+    ctx = request_context(request)
+    record = UsageRecord(
+        at=time.time(),
+        key_id=ctx.key.id if ctx.key is not None else ANONYMOUS,
+        model=handle.config.name,
+        endpoint=endpoint,
+        request_id=ctx.request_id,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+    )
+    labels: KeyLabels = state.key_labels
+    count_usage(state.metrics, labels, record)
+    writer: LedgerWriter | None = getattr(state, "ledger_writer", None)
+    if writer is not None:
+        writer.usage(record, urgent=ctx.key is not None and ctx.key.budget is not None)
+
+
+def open_model(request: Request, router: ModelRouter, endpoint: str = "") -> ModelHandle:
+    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router; its
+    usage is recorded under `endpoint` when the request ends."""
     state = request.app.state
     ctx = request_context(request)
     ctx.model = router.config.name
@@ -190,4 +253,6 @@ def open_model(request: Request, router: ModelRouter) -> ModelHandle:
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    return ModelHandle(router, ctx, ticket, metrics, state.settings)
+    handle = ModelHandle(router, ctx, ticket, metrics, state.settings)
+    ctx.on_close(lambda: record_usage(request, handle, endpoint))
+    return handle

@@ -4,8 +4,10 @@ Before: give the request an id (a sane `X-Request-Id` is kept, anything else rep
 while draining (503), check its API key on `/v1/*` (401 / 429), refuse a body over the size limit
 (413: at once from `Content-Length`, or as soon as a chunked body grows past it). After: add
 `X-Request-Id` to the response, count it by endpoint and status, write the access log line, and
-release what the request held (its admission slot). "After" means after the last byte of a
-streamed response: the middleware wraps the whole ASGI call.
+release what the request held (its admission slot), and append an admin action (anything but a
+read under `/admin`, and Xinference's registry changes) to the audit log. A keyed request whose
+key has a budget is checked against it before the route (server/access/budgets.py: 429).
+"After" means after the last byte of a streamed response: the middleware wraps the whole ASGI call.
 
 It is pure ASGI rather than `BaseHTTPMiddleware`: a streamed response passes through untouched,
 and "after" really is after the response, whatever the route returned.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
 
 from starlette.datastructures import Headers
@@ -25,7 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from raygate.protocol.errors import OpenAIError, PayloadTooLargeError, ServiceUnavailableError
 from raygate.server.access.admin_auth import is_admin_path
 from raygate.server.access.auth import KeyStore
+from raygate.server.access.budgets import Budgets
 from raygate.server.context import REQUEST_ID, SCOPE_KEY, RequestContext
+from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.transport.errors import error_response
 from raygate.server.transport.lifecycle import Lifecycle
@@ -38,6 +43,21 @@ PROBES = frozenset({"/health", "/ready", "/metrics"})
 XINFERENCE_AUTH_PROBE = "/v1/cluster/auth"
 # Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
 KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Audited actions by method and route; any other change under /admin is named `METHOD route`.
+ACTIONS = {
+    ("POST", "/admin/deployments"): "deploy",
+    ("PATCH", "/admin/deployments/{name}"): "scale",
+    ("PUT", "/admin/deployments/{name}"): "update",
+    ("DELETE", "/admin/deployments/{name}"): "undeploy",
+    ("POST", "/admin/keys"): "key.create",
+    ("POST", "/admin/keys/{key_id}/rotate"): "key.rotate",
+    ("DELETE", "/admin/keys/{key_id}"): "key.revoke",
+    ("POST", "/v1/models"): "launch",
+    ("DELETE", "/v1/models/{model_uid}"): "terminate",
+    ("POST", "/v1/model_registrations/{model_type}"): "register",
+    ("DELETE", "/v1/model_registrations/{model_type}/{model_name}"): "unregister",
+}
 
 
 def request_id_from(header: str | None) -> str:
@@ -59,12 +79,18 @@ class GatewayMiddleware:
         metrics: GatewayMetrics,
         lifecycle: Lifecycle,
         max_body_bytes: int,
+        budgets: Budgets | None = None,
+        audit: LedgerWriter | None = None,
+        admin_actor: str = "anonymous",
     ) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
         self.lifecycle = lifecycle
         self.max_body_bytes = max_body_bytes
+        self.budgets = budgets
+        self.audit = audit
+        self.admin_actor = admin_actor
 
     def _refuse(self, scope: Scope, headers: Headers, ctx: RequestContext) -> OpenAIError | None:
         path: str = scope["path"]
@@ -123,6 +149,14 @@ class GatewayMiddleware:
 
         try:
             refusal = self._refuse(scope, headers, ctx)
+            budgeted = ctx.key is not None and ctx.key.budget is not None and self.budgets is not None
+            if refusal is None and budgeted and scope["method"] == "POST":
+                assert self.budgets is not None
+                try:
+                    await self.budgets.admit(ctx)
+                except OpenAIError as exc:
+                    self.metrics.rejected.inc({"model_name": "", "reason": str(exc.code)})
+                    refusal = exc
             if refusal is not None:
                 response = error_response(refusal, path=scope["path"])
                 if isinstance(refusal, ServiceUnavailableError):
@@ -136,7 +170,31 @@ class GatewayMiddleware:
             self.lifecycle.contexts.discard(ctx)
             ctx.close()
             self._account(scope, ctx, status, loop.time() - ctx.started)
+            self._audit(scope, ctx, status)
             REQUEST_ID.reset(token)
+
+    def _audit(self, scope: Scope, ctx: RequestContext, status: int) -> None:
+        """Append an admin action to the audit log: who (the admin key, or nobody on an open
+        /admin; `unauthenticated` when the key was wrong), what, on what, and how it ended."""
+        method, path = scope["method"], scope["path"]
+        if self.audit is None or method in READS:
+            return
+        if not (path.startswith("/admin/") or is_admin_path(method, path)):
+            return
+        route = getattr(scope.get("route"), "path", None) or path
+        params = scope.get("path_params") or {}
+        target = ctx.audit_target or "/".join(str(v) for v in params.values()) or path
+        self.audit.audit(
+            {
+                "at": time.time(),
+                "actor": "unauthenticated" if status == 401 else self.admin_actor,
+                "action": ACTIONS.get((method, route), f"{method} {route}")[:64],
+                "target": target[:512],
+                "status": status,
+                "outcome": "ok" if status < 400 else "refused" if status in (401, 403) else "failed",
+                "request_id": ctx.request_id,
+            }
+        )
 
     def _account(self, scope: Scope, ctx: RequestContext, status: int, seconds: float) -> None:
         route = scope.get("route")

@@ -179,3 +179,13 @@ STORE_ERRORS = ErrorTable(
         lambda _, __: ServiceUnavailableError("The response store is restarting; please retry."),
     ),
 )
+
+# The ledger actor (usage, keys, audit), called by the gateway; the subject is unused.
+LEDGER_ERRORS = ErrorTable(
+    Row("remote", BaseException, lambda _, cause: OpenAIError(f"The ledger failed: {cause}")),
+    Row(
+        "ray",
+        RayActorError,
+        lambda _, __: ServiceUnavailableError("The ledger is restarting; please retry."),
+    ),
+)

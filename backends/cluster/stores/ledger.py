@@ -1,0 +1,196 @@
+"""The ledger: a named, detached Ray actor that owns the usage / keys / audit database.
+
+Why an actor, as for the response store (`responses.py`): every gateway of a Ray namespace finds
+it by name, so usage from all of them lands in one place, a key created or revoked through one
+gateway reaches the others (they poll `keys`, cheap: a version string unless something changed),
+and budgets are checked against one sum. It runs where the controller runs
+(`placement.state_actor_options`), so its default SQLite file sits in that node's `--state-dir`;
+with `--database-url` it is a PostgreSQL client instead, and the actor is just the one writer.
+
+Budgets: `admit` compares a key's tokens this UTC day / month (what the gateways have flushed)
+with its budget, and counts its running requests against `max_parallel` (`release` when they
+end). Gateways flush a budgeted key's usage as soon as its request ends, so another gateway's
+next `admit` sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from raygate.backends.cluster.runtime.errors import LEDGER_ERRORS
+from raygate.backends.cluster.runtime.placement import state_actor_options
+from raygate.backends.cluster.stores.ledger_db import LedgerDB, StoredKey, UnknownKeyError, UsageRecord
+from raygate.protocol.ledger import AuditEntry, KeyBudget, KeyCreate, KeyCreated, KeyInfo, UsageRow
+
+log = logging.getLogger(__name__)
+
+LEDGER_NAME = "ledger"
+RESTART_WAIT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why `admit` said no: `quota` (a token budget is spent until `resets_at`) or `parallel`."""
+
+    reason: str
+    message: str
+    resets_at: float
+
+
+class Ledger:
+    """The actor: `LedgerDB` behind Ray calls (one at a time), plus the running-request counts."""
+
+    def __init__(self, database_url: str | None, state_dir: str | None) -> None:
+        self._db = LedgerDB(database_url, Path(state_dir) if state_dir else None)
+        # Bumped on every key change; a new actor starts a new epoch, so no gateway keeps a stale list.
+        self._epoch, self._changes = uuid.uuid4().hex[:8], 0
+        self._running: dict[str, int] = {}
+        log.info("ledger at %s", self._db.where)
+
+    def info(self) -> dict[str, Any]:
+        return {"where": self._db.where, "keys_version": self._version()}
+
+    def _version(self) -> str:
+        return f"{self._epoch}-{self._changes}"
+
+    # --- usage ---------------------------------------------------------------------------------
+
+    def record(self, records: list[UsageRecord]) -> None:
+        self._db.record(records)
+
+    def report(self, group_by: list[str], filters: dict[str, Any]) -> list[UsageRow]:
+        return self._db.report(group_by, **filters)
+
+    def admit(self, key_id: str, budget: KeyBudget, now: float | None = None) -> Refusal | None:
+        now = time.time() if now is None else now
+        if budget.limits_tokens:
+            spent = self._db.spent(key_id, now)
+            if budget.tokens_per_day is not None and spent.day >= budget.tokens_per_day:
+                return Refusal(
+                    "quota",
+                    f"used {spent.day} of its {budget.tokens_per_day} tokens per day",
+                    spent.day_resets_at,
+                )
+            if budget.tokens_per_month is not None and spent.month >= budget.tokens_per_month:
+                return Refusal(
+                    "quota",
+                    f"used {spent.month} of its {budget.tokens_per_month} tokens per month",
+                    spent.month_resets_at,
+                )
+        if budget.max_parallel is not None:
+            running = self._running.get(key_id, 0)
+            if running >= budget.max_parallel:
+                message = f"has {running} requests running (at most {budget.max_parallel})"
+                return Refusal("parallel", message, now + 1)
+            self._running[key_id] = running + 1
+        return None
+
+    def release(self, key_id: str) -> None:
+        left = self._running.get(key_id, 0) - 1
+        if left > 0:
+            self._running[key_id] = left
+        else:
+            self._running.pop(key_id, None)
+
+    # --- keys ----------------------------------------------------------------------------------
+
+    def keys(self, version: str | None) -> tuple[str, list[StoredKey] | None]:
+        """The current version, and the active keys unless the caller already has that version."""
+        current = self._version()
+        return current, None if version == current else self._db.active_keys()
+
+    def create_key(self, body: KeyCreate) -> KeyCreated:
+        created = self._db.create_key(body)
+        self._changes += 1
+        return created
+
+    def list_keys(self) -> list[KeyInfo]:
+        return self._db.list_keys()
+
+    def get_key(self, key_id: str) -> KeyInfo | None:
+        try:
+            return self._db.get_key(key_id)
+        except UnknownKeyError:
+            return None
+
+    def rotate_key(self, key_id: str) -> KeyCreated | None:
+        try:
+            rotated = self._db.rotate_key(key_id)
+        except UnknownKeyError:
+            return None
+        self._changes += 1
+        return rotated
+
+    def revoke_key(self, key_id: str) -> KeyInfo | None:
+        try:
+            revoked = self._db.revoke_key(key_id)
+        except UnknownKeyError:
+            return None
+        self._changes += 1
+        return revoked
+
+    # --- audit ---------------------------------------------------------------------------------
+
+    def append_audit(self, entries: list[dict[str, Any]]) -> None:
+        self._db.append_audit(entries)
+
+    def audit_log(self, filters: dict[str, Any]) -> list[AuditEntry]:
+        return self._db.audit_log(**filters)
+
+
+def connect_ledger(
+    database_url: str | None, state_dir: Path | None, state_resource: str | None = None
+) -> Any:
+    """The namespace's ledger: the existing actor, or a new one where the controller goes. The
+    first gateway decides where the data lives, as for the registry."""
+    return (
+        ray.remote(Ledger)
+        .options(
+            name=LEDGER_NAME,
+            get_if_exists=True,
+            lifetime="detached",
+            num_cpus=0,
+            max_restarts=-1,
+            **state_actor_options(state_resource),
+        )
+        .remote(database_url, str(state_dir) if state_dir else None)
+    )
+
+
+class LedgerClient:
+    """The gateway's handle on the ledger: async calls; a lost actor is looked up again until
+    RESTART_WAIT_S, then 503."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._actor: Any = None
+
+    async def start(self) -> dict[str, Any]:
+        self._actor = await asyncio.to_thread(self._connect)
+        info: dict[str, Any] = await self._actor.info.remote()
+        return info
+
+    async def call(self, method: str, *args: Any) -> Any:
+        deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
+        while True:
+            try:
+                return await getattr(self._actor, method).remote(*args)
+            except RayTaskError as exc:
+                raise LEDGER_ERRORS.error(exc, "ledger") from None
+            except RayActorError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise LEDGER_ERRORS.error(exc, "ledger") from None
+                log.warning("ledger unreachable (%s); calling it again", type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            self._actor = await asyncio.to_thread(self._connect)

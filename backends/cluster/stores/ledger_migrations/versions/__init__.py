@@ -1,0 +1,1 @@
+"""One module per schema revision, oldest first (alembic's `down_revision` chain)."""
