@@ -30,6 +30,7 @@ from raygate.server.routes import (
     embeddings,
     messages,
     models,
+    ollama,
     ops,
     rerank,
     responses,
@@ -132,6 +133,7 @@ def build_app(settings: Settings) -> FastAPI:
         ops,
         tokenize,
         responses,
+        ollama,
         ui,
     ):
         app.include_router(module.router)

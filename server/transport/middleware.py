@@ -38,6 +38,16 @@ PROBES = frozenset({"/health", "/ready", "/metrics"})
 XINFERENCE_AUTH_PROBE = "/v1/cluster/auth"
 # Model endpoints outside `/v1` (vLLM's tokenizer, Jina's and Cohere's v2 rerank): keyed like `/v1/*`.
 KEYED_PATHS = frozenset({"/tokenize", "/detokenize", "/rerank", "/v2/rerank"})
+# Ollama's API (server/routes/ollama.py) is keyed like `/v1/*`, but for the version its clients probe.
+OLLAMA_PREFIX = "/api/"
+OLLAMA_PROBE = "/api/version"
+
+
+def is_keyed(path: str) -> bool:
+    """Whether a request to `path` needs an API key (when keys are configured)."""
+    if path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS:
+        return path != XINFERENCE_AUTH_PROBE
+    return path.startswith(OLLAMA_PREFIX) and path != OLLAMA_PROBE
 
 
 def request_id_from(header: str | None) -> str:
@@ -74,8 +84,7 @@ class GatewayMiddleware:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
         if (
             self.keys.enabled
-            and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS)
-            and path != XINFERENCE_AUTH_PROBE
+            and is_keyed(path)
             and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
         ):
             try:
