@@ -19,7 +19,8 @@ What Ollama spells differently is mapped here, once:
   implements (`mirostat`, `tfs_z`, `typical_p` at other than their "off" values) are a 400 naming them;
 - `format: "json"` is any JSON object, a schema dict constrains to that schema (chat's
   `response_format`);
-- `tools` are OpenAI's function tools; a call's `arguments` are an object both ways;
+- `tools` are OpenAI's function tools; a call's `arguments` are an object both ways (OpenAI's
+  `tool_choice` is taken too, Raygate's extension: Ollama's own calls are always `auto`);
 - `think` (no reasoning model here yet) is accepted as `false`; `images` (no vision model here
   yet) are refused as Ollama refuses them for a model without the capability.
 """
@@ -43,6 +44,7 @@ from raygate.protocol.tools import (
     FunctionDefinition,
     ResponseFormat,
     ToolCallIn,
+    ToolChoice,
     ToolDefinition,
 )
 
@@ -221,6 +223,8 @@ class ChatRequest(_Generating):
 
     messages: list[Message] | None = None
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    # Raygate's extension (Ollama has none): OpenAI's `tool_choice`, to force a call.
+    tool_choice: ToolChoice | None = None
 
     def images(self) -> bool:
         return any(m.images for m in self.messages or ())
@@ -230,6 +234,8 @@ class ChatRequest(_Generating):
         fields["messages"] = chat_messages(self.messages or [])
         if self.tools:
             fields["tools"] = [ToolDefinition(type="function", function=t.function) for t in self.tools]
+        if self.tool_choice is not None:
+            fields["tool_choice"] = self.tool_choice
         if self.logprobs:
             fields["logprobs"] = True
             fields["top_logprobs"] = self.top_logprobs

@@ -9,10 +9,13 @@ answers so too until the hub downloads (issue #44) land: `refuse_pull` is its on
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse, Response
+from fastapi.routing import APIRoute
 
 from raygate.protocol.ollama import (
     OLLAMA_API_VERSION,
@@ -38,7 +41,25 @@ from raygate.server.serving.ollama import (
     generate_serving,
 )
 
-router = APIRouter(tags=["ollama"])
+
+
+class JsonBodyRoute(APIRoute):
+    """Ollama reads every body as JSON whatever its `Content-Type` (its documented calls are
+    `curl -d '{...}'`, which sends a form type): so do these routes."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def as_json(request: Request) -> Response:
+            scope = request.scope
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope["headers"] = [*headers, (b"content-type", b"application/json")]
+            return await handler(Request(scope, request.receive))
+
+        return as_json
+
+
+router = APIRouter(tags=["ollama"], route_class=JsonBodyRoute)
 
 # Seconds an undeploy lets in-flight requests finish (as `raygate undeploy`'s default).
 DELETE_DRAIN_SECONDS = 30.0

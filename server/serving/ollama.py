@@ -155,12 +155,12 @@ class OllamaRendering(GenerationServing[Any]):
             eval_duration=_ns(last - first),
         )
 
-    def _logprobs(self, entries: list[TokenLogprob] | None) -> list[LogprobOut] | None:
+    def _ollama_logprobs(self, entries: list[TokenLogprob] | None) -> list[LogprobOut] | None:
         if not self.ollama.logprobs:
             return None
         return [LogprobOut.of(e) for e in entries or ()]
 
-    def _chunk(
+    def _ollama_chunk(
         self,
         text: str,
         *,
@@ -194,18 +194,18 @@ class OllamaRendering(GenerationServing[Any]):
         )
 
     def _piece(self, delta: Delta) -> str:
-        logprobs = self._logprobs(delta.logprobs)
+        logprobs = self._ollama_logprobs(delta.logprobs)
         if logprobs is None:
             # The per-token path: one template render (protocol/templates.py).
             if self._template is None:
-                self._template = TextTemplate(self._chunk(self._marker, done=False), self._marker)
+                self._template = TextTemplate(self._ollama_chunk(self._marker, done=False), self._marker)
             return self._template.render(delta.text)
-        return self._chunk(delta.text, done=False, logprobs=logprobs).to_json()
+        return self._ollama_chunk(delta.text, done=False, logprobs=logprobs).to_json()
 
     def _last(self, tally: Tally, text: str) -> ResponseModel:
         calls = _calls(tally.tool_calls(0))
-        logprobs = self._logprobs(tally.logprobs.get(0)) if not self.streaming else None
-        return self._chunk(
+        logprobs = self._ollama_logprobs(tally.logprobs.get(0)) if not self.streaming else None
+        return self._ollama_chunk(
             text,
             done=True,
             calls=calls if not self.streaming else None,
@@ -225,7 +225,7 @@ class OllamaRendering(GenerationServing[Any]):
                     yield self._piece(delta)
         calls = _calls(tally.tool_calls(0))
         if calls:
-            yield self._chunk("", done=False, calls=calls).to_json()
+            yield self._ollama_chunk("", done=False, calls=calls).to_json()
         yield self._last(tally, "").to_json()
 
     def final_body(self, tally: Tally, choices: int) -> ResponseModel:
