@@ -42,7 +42,6 @@ from raygate.server.serving.ollama import (
 )
 
 
-
 class JsonBodyRoute(APIRoute):
     """Ollama reads every body as JSON whatever its `Content-Type` (its documented calls are
     `curl -d '{...}'`, which sends a form type): so do these routes."""

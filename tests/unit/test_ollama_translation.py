@@ -30,7 +30,9 @@ WEATHER = {
 
 
 def chat(**fields: object) -> ChatRequest:
-    return ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields})
+    return ChatRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+    )
 
 
 def test_options_map_to_openai_fields_and_only_those_sent() -> None:
