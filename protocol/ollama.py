@@ -42,7 +42,6 @@ from raygate.protocol.tools import (
     MIN_LOGPROB,
     FunctionCallIn,
     FunctionDefinition,
-    ResponseFormat,
     ToolCallIn,
     ToolChoice,
     ToolDefinition,
@@ -194,13 +193,14 @@ class _Generating(RequestModel):
         if refused:
             raise OllamaError(f"`{refused[0]}` is not supported by this server.", param=refused[0])
         fields: dict[str, Any] = {"model": model_id, "stream": self.stream, **options.sampling()}
+        # Plain data: validated with the rest of the OpenAI body (a refusal is a 400, `_openai`).
         if self.format == "json":
-            fields["response_format"] = ResponseFormat(type="json_object")
+            fields["response_format"] = {"type": "json_object"}
         elif isinstance(self.format, dict):
-            schema = {"name": "format", "schema": self.format}
-            fields["response_format"] = ResponseFormat.model_validate(
-                {"type": "json_schema", "json_schema": schema}
-            )
+            fields["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "format", "schema": self.format},
+            }
         return fields
 
     @property
