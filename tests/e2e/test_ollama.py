@@ -44,9 +44,8 @@ def test_metrics_count_ollama_requests(gateway: GatewayProcess) -> None:
         return metric(scrape(gateway.url), "raygate:generation_tokens_total", model_name=CHAT_MODEL) or 0.0
 
     before, made = requests(), tokens()
-    reply = ollama.Client(host=gateway.url, timeout=300).chat(
-        model=CHAT_MODEL, messages=HELLO, options={"num_predict": 2}
-    )
+    with ollama.Client(host=gateway.url, timeout=300) as c:
+        reply = c.chat(model=CHAT_MODEL, messages=HELLO, options={"num_predict": 2})
     assert requests() == before + 1
     assert tokens() == made + (reply.eval_count or 0)
 
@@ -61,14 +60,14 @@ def test_keys_as_on_v1(ops_gateway: GatewayProcess) -> None:
     assert httpx.get(f"{url}/api/tags", timeout=30).status_code == 401
     assert httpx.get(f"{url}/api/version", timeout=30).status_code == 200  # the probe stays open
     assert httpx.get(f"{url}/", timeout=30).status_code == 200
-    limited = ollama.Client(host=url, headers={"Authorization": f"Bearer {SMOLLM_KEY}"}, timeout=120)
-    names = {m.model for m in limited.list().models}
+    with ollama.Client(host=url, headers={"Authorization": f"Bearer {SMOLLM_KEY}"}, timeout=120) as limited:
+        names = {m.model for m in limited.list().models}
+        with pytest.raises(ollama.ResponseError) as err:
+            limited.chat(model="synth", messages=HELLO)
     assert "smollm2" in names and "synth" not in names
-    with pytest.raises(ollama.ResponseError) as err:
-        limited.chat(model="synth", messages=HELLO)
     assert err.value.status_code == 403
-    full = ollama.Client(host=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120)
-    assert full.chat(model="synth", messages=HELLO, options={"num_predict": 3}).done
+    with ollama.Client(host=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120) as full:
+        assert full.chat(model="synth", messages=HELLO, options={"num_predict": 3}).done
 
 
 def test_failure_after_the_first_line_is_an_error_line(ops_gateway: GatewayProcess) -> None:
@@ -80,8 +79,10 @@ def test_failure_after_the_first_line_is_an_error_line(ops_gateway: GatewayProce
         assert answer.status_code == 200
         lines = [json.loads(line) for line in answer.iter_lines() if line]
     assert lines[0]["done"] is False and set(lines[-1]) == {"error"}
-    client = ollama.Client(host=ops_gateway.url, headers=headers, timeout=60)
-    with pytest.raises(ollama.ResponseError) as err:
+    with (
+        ollama.Client(host=ops_gateway.url, headers=headers, timeout=60) as client,
+        pytest.raises(ollama.ResponseError) as err,
+    ):
         list(client.chat(model="synth-fail", messages=HELLO, stream=True, options={"num_predict": 20}))
     assert err.value.error == lines[-1]["error"]
 
@@ -106,9 +107,9 @@ def test_delete_undeploys(ops_gateway: GatewayProcess) -> None:
     spec = {"name": "ollama-doomed", "backend": "synthetic", "num_cpus": 0}
     assert httpx.post(f"{url}/admin/deployments", json=spec, timeout=30).status_code == 202
     wait_deployment(url, "ollama-doomed", lambda s: s["state"] == "ready")
-    client = ollama.Client(host=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120)
-    assert client.delete("ollama-doomed:latest").status == "success"
-    assert "ollama-doomed" not in deployments(url)
-    with pytest.raises(ollama.ResponseError) as err:
-        client.delete("ollama-doomed")
+    with ollama.Client(host=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120) as client:
+        assert client.delete("ollama-doomed:latest").status == "success"
+        assert "ollama-doomed" not in deployments(url)
+        with pytest.raises(ollama.ResponseError) as err:
+            client.delete("ollama-doomed")
     assert err.value.status_code == 404

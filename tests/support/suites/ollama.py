@@ -45,6 +45,7 @@ DURATIONS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_du
 
 
 def client(gateway: GatewayProcess) -> ollama.Client:
+    """The client as a tool would make it; use it in a `with` block (it holds a connection)."""
     return ollama.Client(host=gateway.url, timeout=300)
 
 
@@ -91,19 +92,20 @@ def test_root_and_version_probes(gateway: GatewayProcess) -> None:
 
 
 def test_tags_show_ps(gateway: GatewayProcess) -> None:
-    c = client(gateway)
-    names = {m.model for m in c.list().models}
+    with client(gateway) as c:
+        names = {m.model for m in c.list().models}
+        shown = c.show(f"{CHAT_MODEL}:latest")  # `name:latest` is `name`
+        embedder = c.show(EMBED_MODEL)
+        running = {m.model: m for m in c.ps().models}
     assert {CHAT_MODEL, EMBED_MODEL} <= names
     models = httpx.get(f"{gateway.url}/v1/models", timeout=30).json()["data"]
     assert names == {m["id"] for m in models}  # names as /v1/models lists them
-    shown = c.show(f"{CHAT_MODEL}:latest")  # `name:latest` is `name`
     assert shown.capabilities is not None and "completion" in shown.capabilities
     assert shown.modelinfo is not None
     contexts = [v for k, v in shown.modelinfo.items() if k.endswith(".context_length")]
     assert contexts and contexts[0] > 0
     assert shown.details is not None and shown.details.format
-    assert c.show(EMBED_MODEL).capabilities == ["embedding"]
-    running = {m.model: m for m in c.ps().models}
+    assert embedder.capabilities == ["embedding"]
     assert CHAT_MODEL in running and (running[CHAT_MODEL].context_length or 0) == contexts[0]
 
 
@@ -111,7 +113,8 @@ def test_tags_show_ps(gateway: GatewayProcess) -> None:
 
 
 def test_chat_whole_counts_are_the_engines(gateway: GatewayProcess) -> None:
-    reply = client(gateway).chat(model=CHAT_MODEL, messages=HELLO, options=GREEDY)
+    with client(gateway) as c:
+        reply = c.chat(model=CHAT_MODEL, messages=HELLO, options=GREEDY)
     assert reply.message.role == "assistant" and isinstance(reply.message.content, str)
     check_done(reply, BUDGET)
     assert reply.prompt_eval_count == prompt_tokens(gateway, HELLO)
@@ -126,25 +129,26 @@ def test_chat_stream_lines_parse_and_end_with_done(gateway: GatewayProcess) -> N
     assert len(pieces) <= last["eval_count"]  # a line per delta, a delta per token at most
     assert last["prompt_eval_count"] == prompt_tokens(gateway, HELLO)
     # The ollama client reads the same stream.
-    parts = list(client(gateway).chat(model=CHAT_MODEL, messages=HELLO, options=GREEDY, stream=True))
+    with client(gateway) as c:
+        parts = list(c.chat(model=CHAT_MODEL, messages=HELLO, options=GREEDY, stream=True))
     assert parts[-1].done and not any(p.done for p in parts[:-1])
     check_done(parts[-1], BUDGET)
 
 
 def test_generate_templated_raw_and_streamed(gateway: GatewayProcess) -> None:
-    c = client(gateway)
-    whole = c.generate(model=CHAT_MODEL, prompt="Say hello.", system="Be brief.", options=GREEDY)
+    with client(gateway) as c:
+        whole = c.generate(model=CHAT_MODEL, prompt="Say hello.", system="Be brief.", options=GREEDY)
+        raw = c.generate(model=CHAT_MODEL, prompt="1, 2, 3,", raw=True, options=GREEDY)
+        parts = list(c.generate(model=CHAT_MODEL, prompt="Say hello.", options=GREEDY, stream=True))
+        loaded = c.generate(model=CHAT_MODEL)  # no prompt: Ollama's "load the model"
     check_done(whole, BUDGET)
     assert whole.context is None  # none is returned, so none can be sent back (docs/api/ollama.md)
     ask = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
     assert whole.prompt_eval_count == prompt_tokens(gateway, ask)
-    raw = c.generate(model=CHAT_MODEL, prompt="1, 2, 3,", raw=True, options=GREEDY)
     check_done(raw, BUDGET)
     assert raw.prompt_eval_count < whole.prompt_eval_count  # no template around it
-    parts = list(c.generate(model=CHAT_MODEL, prompt="Say hello.", options=GREEDY, stream=True))
     assert parts[-1].done and all(isinstance(p.response, str) for p in parts)
     check_done(parts[-1], BUDGET)
-    loaded = c.generate(model=CHAT_MODEL)  # no prompt: Ollama's "load the model"
     assert loaded.done and loaded.done_reason == "load"
 
 
@@ -164,20 +168,20 @@ def test_curl_streams_ndjson(gateway: GatewayProcess) -> None:
 
 
 def test_format_schema_and_json(gateway: GatewayProcess) -> None:
-    c = client(gateway)
     budget = max_json_bytes(ANSWER_SCHEMA)
     ask = [{"role": "user", "content": "Is the sky blue? Answer as JSON."}]
-    reply = c.chat(
-        model=CHAT_MODEL,
-        messages=ask,
-        format=ANSWER_SCHEMA,
-        options={"temperature": 0, "num_predict": budget},
-    )
+    with client(gateway) as c:
+        reply = c.chat(
+            model=CHAT_MODEL,
+            messages=ask,
+            format=ANSWER_SCHEMA,
+            options={"temperature": 0, "num_predict": budget},
+        )
+        loose = c.generate(
+            model=CHAT_MODEL, prompt="Give a JSON object.", format="json", options={"num_predict": 24}
+        )
     assert reply.done_reason == "stop"
     jsonschema.validate(json.loads(reply.message.content or ""), ANSWER_SCHEMA)
-    loose = c.generate(
-        model=CHAT_MODEL, prompt="Give a JSON object.", format="json", options={"num_predict": 24}
-    )
     if loose.done_reason == "stop":  # an object may be longer than the budget
         assert isinstance(json.loads(loose.response or ""), dict)
     else:
@@ -212,7 +216,8 @@ def test_tools_forced_call_and_round_trip(gateway: GatewayProcess) -> None:
         {"role": "assistant", "content": "", "tool_calls": [{"function": calls[0]["function"]}]},
         {"role": "tool", "content": "Sunny, 21 C", "tool_name": "get_weather"},
     ]
-    answer = client(gateway).chat(model=CHAT_MODEL, messages=history, tools=[WEATHER], options=GREEDY)
+    with client(gateway) as c:
+        answer = c.chat(model=CHAT_MODEL, messages=history, tools=[WEATHER], options=GREEDY)
     check_done(answer, BUDGET)
     for call in answer.message.tool_calls or ():
         assert call.function.name == "get_weather" and isinstance(call.function.arguments, dict)
@@ -222,9 +227,10 @@ def test_tools_forced_call_and_round_trip(gateway: GatewayProcess) -> None:
 
 
 def test_embed_and_embeddings(gateway: GatewayProcess) -> None:
-    c = client(gateway)
-    embedded = c.embed(model=EMBED_MODEL, input=["a cat", "a dog"])
-    assert len(embedded.embeddings) == 2 and (embedded.prompt_eval_count or 0) > 0
+    with client(gateway) as c:
+        embedded = c.embed(model=EMBED_MODEL, input=["a cat", "a dog"])
+        older = c.embeddings(model=EMBED_MODEL, prompt="a cat").embedding
+        assert len(embedded.embeddings) == 2 and (embedded.prompt_eval_count or 0) > 0
     for vector in embedded.embeddings:
         assert math.isclose(math.sqrt(sum(v * v for v in vector)), 1.0, rel_tol=1e-3)
     openai_way = httpx.post(
@@ -233,22 +239,28 @@ def test_embed_and_embeddings(gateway: GatewayProcess) -> None:
     assert all(
         math.isclose(a, b, abs_tol=1e-4) for a, b in zip(embedded.embeddings[0], openai_way, strict=True)
     )
-    older = c.embeddings(model=EMBED_MODEL, prompt="a cat").embedding
     assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(older, openai_way, strict=True))
-    short = c.embed(model=f"{EMBED_MODEL}:latest", input="a cat", dimensions=8).embeddings[0]
     assert len(short) == 8
 
 
 def test_langchain_chat_ollama_and_embeddings(gateway: GatewayProcess) -> None:
+    # LangChain makes its own ollama clients and closes none: closed here (the async ones
+    # never open a connection in sync calls).
     llm = ChatOllama(model=CHAT_MODEL, base_url=gateway.url, temperature=0, num_predict=BUDGET)
-    reply = llm.invoke("Say hello.")
+    emb = OllamaEmbeddings(model=EMBED_MODEL, base_url=gateway.url)
+    try:
+        reply = llm.invoke("Say hello.")
+        chunks = list(llm.stream("Say hello."))
+        documents = emb.embed_documents(["a cat", "a dog"])
+        query = emb.embed_query("a cat")
+    finally:
+        llm._client.close()
+        emb._client.close()
     assert isinstance(reply.content, str)
     assert reply.usage_metadata is not None and 0 < reply.usage_metadata["output_tokens"] <= BUDGET
-    chunks = list(llm.stream("Say hello."))
     assert chunks and all(isinstance(c.content, str) for c in chunks)
-    emb = OllamaEmbeddings(model=EMBED_MODEL, base_url=gateway.url)
-    assert len(emb.embed_documents(["a cat", "a dog"])) == 2
-    assert len(emb.embed_query("a cat")) > 0
+    assert chunks[-1].usage_metadata is not None  # the done line's counts
+    assert len(documents) == 2 and len(query) == len(documents[0]) > 0
 
 
 # -- bad inputs, as Ollama answers them -----------------------------------------------------------
@@ -259,12 +271,13 @@ def post(gateway: GatewayProcess, path: str, body: Any) -> httpx.Response:
 
 
 def test_unknown_model_is_ollamas_404(gateway: GatewayProcess) -> None:
-    with pytest.raises(ollama.ResponseError) as err:
-        client(gateway).chat(model="no-such-model", messages=HELLO)
-    assert err.value.status_code == 404 and err.value.error == "model 'no-such-model' not found"
-    with pytest.raises(ollama.ResponseError) as err:
-        client(gateway).show(f"{CHAT_MODEL}:7b")  # another tag is another model
-    assert err.value.status_code == 404
+    with client(gateway) as c:
+        with pytest.raises(ollama.ResponseError) as err:
+            c.chat(model="no-such-model", messages=HELLO)
+        assert err.value.status_code == 404 and err.value.error == "model 'no-such-model' not found"
+        with pytest.raises(ollama.ResponseError) as err:
+            c.show(f"{CHAT_MODEL}:7b")  # another tag is another model
+        assert err.value.status_code == 404
 
 
 @pytest.mark.parametrize(
