@@ -230,7 +230,8 @@ def test_embed_and_embeddings(gateway: GatewayProcess) -> None:
     with client(gateway) as c:
         embedded = c.embed(model=EMBED_MODEL, input=["a cat", "a dog"])
         older = c.embeddings(model=EMBED_MODEL, prompt="a cat").embedding
-        assert len(embedded.embeddings) == 2 and (embedded.prompt_eval_count or 0) > 0
+        short = c.embed(model=f"{EMBED_MODEL}:latest", input="a cat", dimensions=8).embeddings[0]
+    assert len(embedded.embeddings) == 2 and (embedded.prompt_eval_count or 0) > 0
     for vector in embedded.embeddings:
         assert math.isclose(math.sqrt(sum(v * v for v in vector)), 1.0, rel_tol=1e-3)
     openai_way = httpx.post(
