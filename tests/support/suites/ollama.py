@@ -260,7 +260,7 @@ def test_langchain_chat_ollama_and_embeddings(gateway: GatewayProcess) -> None:
     assert isinstance(reply.content, str)
     assert reply.usage_metadata is not None and 0 < reply.usage_metadata["output_tokens"] <= BUDGET
     assert chunks and all(isinstance(c.content, str) for c in chunks)
-    assert chunks[-1].usage_metadata is not None  # the done line's counts
+    assert any(c.usage_metadata for c in chunks)  # from the done line's counts
     assert len(documents) == 2 and len(query) == len(documents[0]) > 0
 
 
