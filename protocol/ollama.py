@@ -440,36 +440,44 @@ class LogprobOut(TokenLogprobOut):
         )
 
 
-class ChatChunk(Timings):
-    """One NDJSON line of `/api/chat` (and the whole non-streamed body): `done` on the last,
-    which carries `done_reason` and the timings."""
-
+class _ChatHead(NestedOmitsNone):
     model: str
     created_at: str
     message: MessageOut
     done: bool
     done_reason: str | None = None
+
+
+class ChatChunk(Timings, _ChatHead):
+    """One NDJSON line of `/api/chat` (and the whole non-streamed body): `done` on the last,
+    which carries `done_reason` and the timings (after the head, in Ollama's order)."""
+
     logprobs: list[LogprobOut] | None = None
     omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {"done_reason", "logprobs"}
 
 
-class GenerateChunk(Timings):
-    """One NDJSON line of `/api/generate` (and the whole non-streamed body)."""
-
+class _GenerateHead(NestedOmitsNone):
     model: str
     created_at: str
     response: str
     done: bool
     done_reason: str | None = None
+
+
+class GenerateChunk(Timings, _GenerateHead):
+    """One NDJSON line of `/api/generate` (and the whole non-streamed body)."""
+
     logprobs: list[LogprobOut] | None = None
     omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {"done_reason", "logprobs"}
 
 
-class EmbedResponse(Timings):
-    """`/api/embed`: one unit vector per input, in input order."""
-
+class _EmbedHead(NestedOmitsNone):
     model: str
     embeddings: list[list[float]]
+
+
+class EmbedResponse(Timings, _EmbedHead):
+    """`/api/embed`: one unit vector per input, in input order."""
 
 
 class EmbeddingsResponse(ResponseModel):
