@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator
 from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 from raygate.protocol.chat import ChatCompletionRequest, ChatMessageIn
 from raygate.protocol.completions import CompletionRequest
+from raygate.protocol.embeddings import EmbeddingRequest
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import TokenLogprob
 from raygate.protocol.tools import (
@@ -193,7 +194,7 @@ class _Generating(RequestModel):
         if refused:
             raise OllamaError(f"`{refused[0]}` is not supported by this server.", param=refused[0])
         fields: dict[str, Any] = {"model": model_id, "stream": self.stream, **options.sampling()}
-        # Plain data: validated with the rest of the OpenAI body (a refusal is a 400, `_openai`).
+        # Plain data: validated with the rest of the OpenAI body (a refusal is a 400, `openai_body`).
         if self.format == "json":
             fields["response_format"] = {"type": "json_object"}
         elif isinstance(self.format, dict):
@@ -208,7 +209,10 @@ class _Generating(RequestModel):
         return self.options.num_ctx if self.options else None
 
 
-def _openai(cls: type[ChatCompletionRequest] | type[CompletionRequest], fields: dict[str, Any]) -> Any:
+def openai_body(
+    cls: type[ChatCompletionRequest] | type[CompletionRequest] | type[EmbeddingRequest],
+    fields: dict[str, Any],
+) -> Any:
     """The OpenAI body, validated as `/v1` validates it; a refusal is a 400 in Ollama's words."""
     try:
         return cls.model_validate(fields)
@@ -239,7 +243,7 @@ class ChatRequest(_Generating):
         if self.logprobs:
             fields["logprobs"] = True
             fields["top_logprobs"] = self.top_logprobs
-        result: ChatCompletionRequest = _openai(ChatCompletionRequest, fields)
+        result: ChatCompletionRequest = openai_body(ChatCompletionRequest, fields)
         return result
 
 
@@ -312,11 +316,11 @@ class GenerateRequest(_Generating):
             # No template: `system` has no place in the prompt (Ollama's raw mode ignores it too).
             fields.update(prompt=self.prompt or "", suffix=self.suffix)
             fields.setdefault("max_tokens", None)  # Ollama's default: until done, not OpenAI's 16
-            completion: CompletionRequest = _openai(CompletionRequest, fields)
+            completion: CompletionRequest = openai_body(CompletionRequest, fields)
             return completion
         turns = [ChatMessageIn(role="system", content=self.system)] if self.system else []
         fields["messages"] = [*turns, ChatMessageIn(role="user", content=self.prompt or "")]
-        chat: ChatCompletionRequest = _openai(ChatCompletionRequest, fields)
+        chat: ChatCompletionRequest = openai_body(ChatCompletionRequest, fields)
         return chat
 
 
@@ -337,6 +341,8 @@ class EmbedRequest(RequestModel):
             raise ValueError("input must not be an empty list")
         if isinstance(value, list) and any(not v for v in value):
             raise ValueError("input must not contain empty strings")
+        if not value:
+            raise ValueError("input must not be an empty string")
         return value
 
     def inputs(self) -> list[str]:

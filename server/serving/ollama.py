@@ -45,6 +45,7 @@ from raygate.protocol.ollama import (
     ModelRequest,
     OllamaError,
     Timings,
+    openai_body,
 )
 from raygate.protocol.templates import TextTemplate, text_marker
 from raygate.server.context import request_context
@@ -322,9 +323,8 @@ class OllamaEmbedServing(EmbeddingServing):
 
     def __init__(self, ollama: EmbedRequest, request: Request) -> None:
         resolved = model_id(request, ollama.model)
-        super().__init__(
-            EmbeddingRequest(model=resolved, input=ollama.inputs(), dimensions=ollama.dimensions), request
-        )
+        fields = {"model": resolved, "input": ollama.inputs(), "dimensions": ollama.dimensions}
+        super().__init__(openai_body(EmbeddingRequest, fields), request)
         self.ollama = ollama
 
     async def respond(self) -> Response:
@@ -350,7 +350,9 @@ class OllamaEmbeddingsServing(EmbeddingServing):
 
     def __init__(self, ollama: EmbeddingsRequest, request: Request) -> None:
         resolved = model_id(request, ollama.model)
-        super().__init__(EmbeddingRequest(model=resolved, input=ollama.prompt or " "), request)
+        super().__init__(
+            openai_body(EmbeddingRequest, {"model": resolved, "input": ollama.prompt or " "}), request
+        )
         self.empty = not ollama.prompt
 
     async def respond(self) -> Response:

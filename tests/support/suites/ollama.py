@@ -307,6 +307,7 @@ def test_unknown_model_is_ollamas_404(gateway: GatewayProcess) -> None:
         ("/api/chat", {"model": EMBED_MODEL, "messages": HELLO}, "embeddings"),
         ("/api/embed", {"model": CHAT_MODEL, "input": "x"}, "chat"),
         ("/api/embed", {"model": EMBED_MODEL, "input": []}, "input"),
+        ("/api/embed", {"model": EMBED_MODEL, "input": ""}, "input"),
         ("/api/show", {}, "model"),
         ("/api/pull", {"model": "llama3"}, "pull"),
         ("/api/push", {"model": "llama3"}, "push"),
