@@ -13,7 +13,14 @@ from pydantic import ValidationError
 from raygate.protocol.chat import ChatCompletionRequest
 from raygate.protocol.completions import CompletionRequest
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
-from raygate.protocol.ollama import ChatRequest, EmbedRequest, GenerateRequest
+from raygate.protocol.ollama import (
+    ChatChunk,
+    ChatRequest,
+    EmbedRequest,
+    GenerateChunk,
+    GenerateRequest,
+    MessageOut,
+)
 from raygate.server.access.admin_auth import is_admin_path
 from raygate.server.serving.ollama import OLLAMA_NDJSON
 from raygate.server.serving.streaming import _frames
@@ -154,3 +161,34 @@ def test_keys_cover_the_api_but_its_probes_and_delete_wants_the_admin_key() -> N
     assert is_keyed("/api/chat") and is_keyed("/api/tags") and is_keyed("/v1/models")
     assert not is_keyed("/api/version") and not is_keyed("/") and not is_keyed("/v1/cluster/auth")
     assert is_admin_path("DELETE", "/api/delete") and not is_admin_path("POST", "/api/chat")
+
+
+def test_the_done_line_in_ollamas_order() -> None:
+    line = ChatChunk(
+        model="m",
+        created_at="2026-01-01T00:00:00Z",
+        message=MessageOut(content=""),
+        done=True,
+        done_reason="stop",
+        total_duration=3,
+        load_duration=0,
+        prompt_eval_count=2,
+        prompt_eval_duration=1,
+        eval_count=1,
+        eval_duration=1,
+    )
+    assert list(json.loads(line.to_json())) == [
+        "model",
+        "created_at",
+        "message",
+        "done",
+        "done_reason",
+        "total_duration",
+        "load_duration",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+        "eval_count",
+        "eval_duration",
+    ]
+    piece = GenerateChunk(model="m", created_at="t", response="a", done=False)
+    assert json.loads(piece.to_json()) == {"model": "m", "created_at": "t", "response": "a", "done": False}
