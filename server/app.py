@@ -37,6 +37,7 @@ from raygate.server.routes import (
     ledger,
     messages,
     models,
+    ollama,
     ops,
     rerank,
     responses,
@@ -166,6 +167,7 @@ def build_app(settings: Settings) -> FastAPI:
         ops,
         tokenize,
         responses,
+        ollama,
         ui,
     ):
         app.include_router(module.router)

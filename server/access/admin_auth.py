@@ -25,9 +25,16 @@ from raygate.server.access.auth import bearer_token
 XINFERENCE_REGISTRATIONS = "/v1/model_registrations"
 
 
+# Ollama's `DELETE /api/delete` undeploys a model (server/routes/ollama.py): the admin key's too.
+OLLAMA_DELETE = "/api/delete"
+
+
 def is_admin_path(method: str, path: str) -> bool:
-    """Registrations (any method), launch (`POST /v1/models`) and terminate (`DELETE /v1/models/{uid}`)."""
+    """Registrations (any method), launch (`POST /v1/models`), terminate (`DELETE /v1/models/{uid}`)
+    and Ollama's delete."""
     if path == XINFERENCE_REGISTRATIONS or path.startswith(XINFERENCE_REGISTRATIONS + "/"):
+        return True
+    if path == OLLAMA_DELETE:
         return True
     return (method == "POST" and path == "/v1/models") or (
         method == "DELETE" and path.startswith("/v1/models/")

@@ -148,6 +148,14 @@ class GenerationServing(Serving[BodyT]):
     def final_body(self, tally: Tally, choices: int) -> ResponseModel:
         """The non-streamed body, from every choice's collected deltas."""
 
+    def observe(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[tuple[int, Delta]]:
+        """The merged stream, for an endpoint that watches it pass (Ollama's timings); as it is."""
+        return deltas
+
+    async def streamed(self, payloads: AsyncIterator[Payload]) -> Response:
+        """The streamed response of `payloads`: server-sent events in the endpoint's dialect."""
+        return await sse_response(payloads, self.request, self.sse_dialect)
+
     # --- what the base does --------------------------------------------------------------------
 
     def sequence_id(self, index: int) -> str:
@@ -171,9 +179,11 @@ class GenerationServing(Serving[BodyT]):
         for r in requests:
             defaults.beyond(self.body, r.sampling)
         spp = self.samples_per_prompt
-        deltas = merge([model.generate(r, counts_prompt=i % spp == 0) for i, r in enumerate(requests)])
+        deltas = self.observe(
+            merge([model.generate(r, counts_prompt=i % spp == 0) for i, r in enumerate(requests)])
+        )
         if self.streaming:
-            return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
+            return await self.streamed(self.stream(deltas))
         tally = await collect(self.request, deltas)
         if tally is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -15,7 +15,7 @@ from raygate.protocol.embeddings import (
     unit_vector,
 )
 from raygate.protocol.errors import BadRequestError
-from raygate.protocol.generation import EmbedRequest
+from raygate.protocol.generation import EmbedRequest, EmbedResult
 from raygate.server.serving.base import Serving, json_response
 from raygate.server.serving.ids import new_id
 
@@ -37,15 +37,20 @@ class EmbeddingServing(Serving[EmbeddingRequest]):
     endpoint: ClassVar[str] = "embeddings"
     task: ClassVar[Task | None] = "embed"
 
-    async def respond(self) -> Response:
+    async def embedded(self) -> EmbedResult:
+        """The body's inputs embedded by its model, each vector shortened to `dimensions`."""
         body = self.body
         model = self.resolve()
         result = await model.embed(EmbedRequest(new_id("embd"), body.inputs()))
+        result.embeddings = [shorten(v, body.dimensions) for v in result.embeddings]
+        return result
+
+    async def respond(self) -> Response:
+        body = self.body
+        result = await self.embedded()
         response = EmbeddingResponse(
             data=[
-                Embedding(
-                    index=i, embedding=Embedding.encode(shorten(v, body.dimensions), body.encoding_format)
-                )
+                Embedding(index=i, embedding=Embedding.encode(v, body.encoding_format))
                 for i, v in enumerate(result.embeddings)
             ],
             model=body.model,

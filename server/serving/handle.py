@@ -91,6 +91,13 @@ class ModelHandle:
         self._total_deadline = None if total is None else ctx.started + total
         self._queued_observed = False
         self.usage = UsageCount()
+        self.queued_s = 0.0  # the admission wait, once admitted (Ollama reports it as load time)
+
+    @property
+    def context_length(self) -> int | None:
+        """The context of the model's ready replicas (the engine's own), None when none is ready."""
+        lengths = [r.context_length for r in self._router.replicas if r.context_length > 0]
+        return max(lengths) if lengths else None
 
     def sampling_defaults(self) -> SamplingDefaults:
         """The model's defaults: its `defaults:` over its generation config (ModelRouter)."""
@@ -113,6 +120,7 @@ class ModelHandle:
         queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
         if not self._queued_observed:
             self._queued_observed = True
+            self.queued_s = queued
             self._metrics.queue_time.observe(self._labels, queued)
 
     def _engine_id(self, request_id: str) -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from raygate.backends.streams import Pump, closing
@@ -56,22 +57,29 @@ class Event(NamedTuple):
 Payload = str | Event
 
 
-@dataclass(frozen=True, slots=True)
-class SseDialect:
-    """What differs between the protocols' streams: the in-band error frame's payload, and the
-    frame that ends every stream (empty: none)."""
-
-    error: Callable[[OpenAIError], Payload]
-    done: bytes
-
-
-OPENAI_SSE = SseDialect(error=lambda exc: json.dumps(exc.to_body()), done=_DONE_FRAME)
-
-
 def _frame(payload: Payload) -> bytes:
     if isinstance(payload, str):
         return b"data: " + payload.encode() + b"\n\n"
     return b"event: " + payload.name.encode() + b"\ndata: " + payload.data.encode() + b"\n\n"
+
+
+def ndjson_line(payload: Payload) -> bytes:
+    """A newline-delimited JSON line (Ollama's streams): the payload is one JSON object."""
+    return (payload if isinstance(payload, str) else payload.data).encode() + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class SseDialect:
+    """What differs between the protocols' streams: the in-band error frame's payload, the
+    frame that ends every stream (empty: none), and how a payload is framed (SSE's `data:`, or
+    one JSON object per line for NDJSON: `ndjson_response`)."""
+
+    error: Callable[[OpenAIError], Payload]
+    done: bytes
+    frame: Callable[[Payload], bytes] = _frame
+
+
+OPENAI_SSE = SseDialect(error=lambda exc: json.dumps(exc.to_body()), done=_DONE_FRAME)
 
 
 def _ping() -> ServerSentEvent:
@@ -94,6 +102,19 @@ async def sse_response(
     )
 
 
+async def ndjson_response(payloads: AsyncIterator[Payload], dialect: SseDialect) -> StreamingResponse:
+    """The same stream as newline-delimited JSON (`application/x-ndjson`, Ollama's): the first
+    payload before the headers (a failure before it is an HTTP error), frames joined per write,
+    a late failure in-band, no pings (an NDJSON reader would take one for a line). A client that
+    leaves is seen at the next write, which closes the payloads as for SSE."""
+    first: Payload | None
+    try:
+        first = await anext(payloads)
+    except StopAsyncIteration:
+        first = None
+    return StreamingResponse(_frames(first, payloads, dialect), media_type="application/x-ndjson")
+
+
 async def _frames(
     first: Payload | None, payloads: AsyncIterator[Payload], dialect: SseDialect = OPENAI_SSE
 ) -> AsyncIterator[bytes]:
@@ -111,16 +132,17 @@ async def _framed(
 ) -> AsyncIterator[bytes]:
     """Every SSE frame of the response: the payloads, an in-band error if the stream fails after
     the headers are out, and the dialect's end (`[DONE]`) in every case but cancellation."""
+    frame = dialect.frame
     try:
         if first is not None:
-            yield _frame(first)
+            yield frame(first)
         async with closing(payloads):  # closed at a `yield` too (backpressure)
             async for payload in payloads:
-                yield _frame(payload)
+                yield frame(payload)
     except OpenAIError as exc:
-        yield _frame(dialect.error(exc))
+        yield frame(dialect.error(exc))
     except Exception as exc:  # after the headers, a status code can no longer be sent
         log.exception("stream failed", exc_info=exc)
-        yield _frame(dialect.error(EngineError(f"Stream failed: {exc}")))
+        yield frame(dialect.error(EngineError(f"Stream failed: {exc}")))
     if dialect.done:
         yield dialect.done

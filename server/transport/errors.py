@@ -1,5 +1,6 @@
-"""The one table from exceptions to error responses: OpenAI's body, or Anthropic's on the
-Messages API's routes (`/v1/messages…`), chosen by the request's path in one place
+"""The one table from exceptions to error responses: OpenAI's body, Anthropic's on the
+Messages API's routes (`/v1/messages…`), or Ollama's (`{"error": "..."}`) on `/api/…`, chosen
+by the request's path in one place
 (`error_response`; Xinference's paths add its `detail`), so every refusal (validation, auth in
 the middleware, 404, 429, 500) speaks the protocol of the route it answers.
 
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from raygate.protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
 from raygate.protocol.messages_response import ErrorEvent
+from raygate.protocol.ollama import OllamaErrorResponse
 from raygate.protocol.text import printable
 from raygate.protocol.xinference import XinferenceErrorResponse
 
@@ -47,8 +49,18 @@ def speaks_xinference(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in XINFERENCE_PATHS)
 
 
+# Ollama's API: `{"error": "<message>"}` is all its clients read (with the status).
+OLLAMA_PATH = "/api/"
+
+
+def speaks_ollama(path: str) -> bool:
+    return path.startswith(OLLAMA_PATH)
+
+
 def error_body(exc: OpenAIError, path: str = "") -> dict[str, Any]:
     """The error's body in the protocol of the route at `path`."""
+    if speaks_ollama(path):
+        return OllamaErrorResponse(error=printable(exc.message)).model_dump()
     if speaks_anthropic(path):
         return ErrorEvent.of(exc).model_dump()
     body = exc.to_body()

@@ -50,6 +50,7 @@ ACTIONS = {
     ("PATCH", "/admin/deployments/{name}"): "scale",
     ("PUT", "/admin/deployments/{name}"): "update",
     ("DELETE", "/admin/deployments/{name}"): "undeploy",
+    ("DELETE", "/api/delete"): "undeploy",  # Ollama's verb for it
     ("POST", "/admin/keys"): "key.create",
     ("POST", "/admin/keys/{key_id}/rotate"): "key.rotate",
     ("DELETE", "/admin/keys/{key_id}"): "key.revoke",
@@ -58,6 +59,17 @@ ACTIONS = {
     ("POST", "/v1/model_registrations/{model_type}"): "register",
     ("DELETE", "/v1/model_registrations/{model_type}/{model_name}"): "unregister",
 }
+
+# Ollama's API (server/routes/ollama.py) is keyed like `/v1/*`, but for the version its clients probe.
+OLLAMA_PREFIX = "/api/"
+OLLAMA_PROBE = "/api/version"
+
+
+def is_keyed(path: str) -> bool:
+    """Whether a request to `path` needs an API key (when keys are configured)."""
+    if path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS:
+        return path != XINFERENCE_AUTH_PROBE
+    return path.startswith(OLLAMA_PREFIX) and path != OLLAMA_PROBE
 
 
 def request_id_from(header: str | None) -> str:
@@ -100,8 +112,7 @@ class GatewayMiddleware:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
         if (
             self.keys.enabled
-            and (path == "/v1" or path.startswith("/v1/") or path in KEYED_PATHS)
-            and path != XINFERENCE_AUTH_PROBE
+            and is_keyed(path)
             and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
         ):
             try:

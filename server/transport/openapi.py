@@ -17,8 +17,9 @@ from pydantic import BaseModel
 
 from raygate.protocol.errors import ErrorResponse
 from raygate.protocol.messages_response import ErrorEvent
+from raygate.protocol.ollama import OllamaErrorResponse
 from raygate.protocol.xinference import XinferenceErrorResponse
-from raygate.server.transport.errors import speaks_anthropic, speaks_xinference
+from raygate.server.transport.errors import speaks_anthropic, speaks_ollama, speaks_xinference
 
 # Every refusal a route may answer (protocol/errors.py's tree), and why, as the document says it.
 ERROR_STATUSES: dict[int, str] = {
@@ -39,11 +40,14 @@ ERROR_MODELS: dict[str, type[BaseModel]] = {
     "OpenAIErrorResponse": ErrorResponse,
     "AnthropicErrorResponse": ErrorEvent,
     "XinferenceErrorResponse": XinferenceErrorResponse,
+    "OllamaErrorResponse": OllamaErrorResponse,
 }
 
 
 def error_schema_name(path: str) -> str:
     """The error body's schema for the route at `path` (errors.py's `error_body` rule)."""
+    if speaks_ollama(path):
+        return "OllamaErrorResponse"
     if speaks_anthropic(path):
         return "AnthropicErrorResponse"
     if speaks_xinference(path):

@@ -32,6 +32,7 @@ def test_every_operation_lists_the_refusals_in_its_apis_shape(document: dict[str
     assert shapes["/v1/chat/completions"] == shapes["/admin/deployments"] == "OpenAIErrorResponse"
     assert shapes["/v1/messages"] == shapes["/v1/messages/count_tokens"] == "AnthropicErrorResponse"
     assert shapes["/v1/models/{model_id}"] == "XinferenceErrorResponse"
+    assert shapes["/api/chat"] == shapes["/api/tags"] == "OllamaErrorResponse"
     assert "HTTPValidationError" not in document["components"]["schemas"]
 
 
