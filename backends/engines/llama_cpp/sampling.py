@@ -24,8 +24,8 @@ the tempered distribution), and top_k before top_p as in vLLM (the nucleus of th
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
