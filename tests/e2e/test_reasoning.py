@@ -13,6 +13,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
+import anthropic.types
 import openai
 import pytest
 
@@ -188,3 +190,81 @@ def test_langchain_sees_the_answer_only(base_url: str, reasoner: str, langchain_
     assert "think>" not in reply.content
     details = reply.usage_metadata["output_token_details"]  # type: ignore[index]
     assert details["reasoning"] == 5
+
+
+def test_unknown_effort_is_a_400(client: openai.OpenAI, reasoner: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(client, reasoning_effort="extreme")
+    assert info.value.body["param"] == "reasoning_effort"  # type: ignore[index]
+
+
+# -- Anthropic Messages -------------------------------------------------------------------------
+
+
+def _anthropic(client: anthropic.Anthropic, **fields: Any) -> Any:
+    body = {
+        "model": MODEL,
+        "max_tokens": 16,
+        "temperature": 0.0,
+        "messages": QUESTION,
+        "thinking": {"type": "enabled", "budget_tokens": 4},
+        **fields,
+    }
+    return client.post("/v1/messages", cast_to=anthropic.types.Message, body=body)
+
+
+def test_anthropic_thinking_block_is_signed_and_verified(
+    client: openai.OpenAI, anthropic_client: anthropic.Anthropic, reasoner: str
+) -> None:
+    message = _anthropic(anthropic_client)
+    chat = ask(client, min_tokens=0).parse().choices[0].message
+    first = message.content[0]
+    assert first.type == "thinking" and first.signature
+    assert first.thinking == chat.reasoning_content  # type: ignore[attr-defined]
+    assert [b.text for b in message.content if b.type == "text"] == (
+        [chat.content] if chat.content.strip() else []
+    )
+    # Sent back unchanged it is accepted; edited, it is a 400 naming the block.
+    turn = {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}
+    follow = [*QUESTION, turn, {"role": "user", "content": "And 3+3?"}]
+    assert _anthropic(anthropic_client, messages=follow).content
+    turn["content"][0]["thinking"] += " (edited)"
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _anthropic(anthropic_client, messages=follow)
+    assert "signature" in str(info.value)
+
+
+def test_anthropic_stream_thinking_deltas(anthropic_client: anthropic.Anthropic, reasoner: str) -> None:
+    whole = _anthropic(anthropic_client)
+    thought, signature, kinds = "", "", []
+    with anthropic_client.messages.stream(
+        model=MODEL,
+        max_tokens=16,
+        messages=QUESTION,  # type: ignore[arg-type]
+        thinking={"type": "enabled", "budget_tokens": 4},
+        extra_body={"temperature": 0.0},  # this SDK's `stream()` has no `temperature`
+    ) as stream:
+        for ev in stream:
+            if ev.type == "content_block_start":
+                kinds.append(ev.content_block.type)
+            if ev.type == "content_block_delta" and ev.delta.type == "thinking_delta":
+                thought += ev.delta.thinking
+            if ev.type == "content_block_delta" and ev.delta.type == "signature_delta":
+                signature = ev.delta.signature
+        final = stream.get_final_message()
+    assert kinds[0] == "thinking"
+    assert thought == whole.content[0].thinking and signature == whole.content[0].signature
+    assert final.content[0].type == "thinking" and final.content[0].signature == signature
+
+
+def test_anthropic_thinking_disabled_or_absent(anthropic_client: anthropic.Anthropic, reasoner: str) -> None:
+    for fields in ({"thinking": {"type": "disabled"}}, {"thinking": None}):
+        message = _anthropic(anthropic_client, **fields)
+        assert all(b.type != "thinking" for b in message.content)
+
+
+def test_anthropic_budget_must_be_below_max_tokens(
+    anthropic_client: anthropic.Anthropic, reasoner: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError):
+        _anthropic(anthropic_client, thinking={"type": "enabled", "budget_tokens": 16})
