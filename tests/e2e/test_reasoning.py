@@ -15,6 +15,7 @@ from typing import Any
 
 import anthropic
 import anthropic.types
+import httpx
 import openai
 import pytest
 
@@ -22,6 +23,7 @@ from tests.support.admin import deployed
 from tests.support.gateway import GatewayProcess
 from tests.support.openapi import validate
 from tests.support.reasoning import MODEL, reasoner_spec
+from tests.support.suites.responses import sse_events
 from tests.support.tools import TOOLS
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -268,3 +270,83 @@ def test_anthropic_budget_must_be_below_max_tokens(
 ) -> None:
     with pytest.raises(anthropic.BadRequestError):
         _anthropic(anthropic_client, thinking={"type": "enabled", "budget_tokens": 16})
+
+
+# -- Responses API ------------------------------------------------------------------------------
+
+
+def _respond(base_url: str, **fields: Any) -> dict[str, Any]:
+    body = {"model": MODEL, "input": "What is 2+2?", "max_output_tokens": 16, "temperature": 0.0, **fields}
+    r = httpx.post(f"{base_url}/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    validate(data, "Response")
+    return data
+
+
+def test_responses_reasoning_item_streamed_stored_and_replayed(
+    client: openai.OpenAI, base_url: str, reasoner: str
+) -> None:
+    whole = _respond(base_url, reasoning={"effort": "minimal"})
+    chat = ask(client, min_tokens=0, thinking_token_budget=128).parse().choices[0].message
+    first = whole["output"][0]
+    assert first["type"] == "reasoning" and first["summary"] == []
+    assert first["content"] == [{"type": "reasoning_text", "text": chat.reasoning_content}]  # type: ignore[attr-defined]
+    assert whole["output"][1]["type"] == "message"
+    usage = whole["usage"]
+    assert 1 <= usage["output_tokens_details"]["reasoning_tokens"] <= usage["output_tokens"]
+    assert whole["reasoning"]["effort"] == "minimal"
+
+    events = sse_events(
+        base_url,
+        {
+            "model": MODEL,
+            "input": "What is 2+2?",
+            "max_output_tokens": 16,
+            "temperature": 0.0,
+            "reasoning": {"effort": "minimal"},
+        },
+    )
+    for i, (name, data) in enumerate(events):
+        assert data["type"] == name and data["sequence_number"] == i
+        validate(data, "ResponseStreamEvent")
+    names = [n for n, _ in events]
+    deltas = "".join(d["delta"] for n, d in events if n == "response.reasoning_text.delta")
+    done = [d["text"] for n, d in events if n == "response.reasoning_text.done"]
+    assert names.index("response.reasoning_text.delta") < names.index("response.output_text.done")
+    assert done == [deltas] == [chat.reasoning_content]  # type: ignore[attr-defined]
+
+    # Stored: the next turn continues it (its reasoning item is kept, not shown to the model).
+    follow = _respond(base_url, previous_response_id=whole["id"], input="And 3+3?")
+    assert follow["previous_response_id"] == whole["id"]
+    # A client managing the conversation itself sends the reasoning item back as input.
+    again = _respond(base_url, input=[*QUESTION, first, {"role": "user", "content": "And 3+3?"}])
+    assert again["output"]
+
+
+def test_responses_effort_none_turns_thinking_off(base_url: str, reasoner: str) -> None:
+    data = _respond(base_url, reasoning={"effort": "none"})
+    assert all(item["type"] != "reasoning" for item in data["output"])
+    assert data["usage"]["output_tokens_details"]["reasoning_tokens"] == 0
+
+
+# -- openai-agents ------------------------------------------------------------------------------
+
+
+async def test_agents_runner_gets_the_answer_without_the_thinking(base_url: str, reasoner: str) -> None:
+    import agents
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner
+
+    agents.set_tracing_disabled(True)
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
+        agent = Agent(
+            name="reasoner",
+            instructions="Answer briefly.",
+            model=OpenAIChatCompletionsModel(model=MODEL, openai_client=c),
+            model_settings=ModelSettings(temperature=0.0, max_tokens=16, extra_body=BUDGET),
+        )
+        result = await Runner.run(agent, "What is 2+2?")
+    assert isinstance(result.final_output, str) and result.final_output
+    assert "think>" not in result.final_output
+    usage = result.context_wrapper.usage
+    assert usage.output_tokens_details.reasoning_tokens == 5
