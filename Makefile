@@ -57,10 +57,11 @@ vllm-setup: $(VENV)/.vllm-installed
 	$(BIN)/python models/build_vllm_models.py
 
 # The reasoning model of examples/reasoning.yaml, built once per machine under ~/.cache/raygate.
-reasoning-model: setup
-	$(BIN)/python models/build_reasoning_model.py
+# Its Hugging Face folder for vLLM (examples/reasoning-vllm.yaml), from vllm-setup's SmolLM2 folder.
+reasoning-model: setup $(if $(findstring vllm,$(CONFIG)),vllm-setup)
+	$(BIN)/python models/build_reasoning_model.py $(if $(findstring vllm,$(CONFIG)),--hf)
 
-# A config for vLLM on the CPU (or the reasoning example) gets what it needs first.
+# A config for vLLM on the CPU (or a reasoning example) gets what it needs first.
 serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup) $(if $(findstring reasoning,$(CONFIG)),reasoning-model)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 

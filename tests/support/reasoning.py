@@ -15,19 +15,31 @@ from tests.support.gateway import REPO
 MODEL = "tiny-reasoner"
 
 
-@cache
-def tiny_reasoner() -> str:
-    """The GGUF's path, built if missing."""
+def _build(*args: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, str(REPO / "models" / "build_reasoning_model.py")],
+        [sys.executable, str(REPO / "models" / "build_reasoning_model.py"), *args],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    path = out.stdout.strip().splitlines()[-1]
+    return out.stdout.strip().splitlines()
+
+
+@cache
+def tiny_reasoner() -> str:
+    """The GGUF's path, built if missing."""
+    path = _build()[-1]
     assert Path(path).is_file()
     return path
+
+
+@cache
+def tiny_reasoner_hf() -> str:
+    """The Hugging Face folder vLLM serves, built if missing (needs `make vllm-setup`)."""
+    folder = _build("--hf")[-2]
+    assert (Path(folder) / "config.json").is_file()
+    return folder
 
 
 def reasoner_spec(**kw: Any) -> dict[str, Any]:
