@@ -35,10 +35,17 @@ class DeltaBuilder:
         reasoning = ""
         if self.splitter is not None:
             assert self.thinking is not None
-            if self.splitter.thinking:
+            was = self.splitter.state
+            reasoning, text = self.splitter.push(text)
+            # Thinking tokens: those read while thinking, the one that opened it, the end marker.
+            if (
+                was == "thinking"
+                or self.splitter.state == "thinking"
+                or (self.splitter.ended
+                and was == "before")
+            ):
                 self.reasoning_tokens += self.n_out - self._counted
             self._counted = self.n_out
-            reasoning, text = self.splitter.push(text)
             if finish is not None:
                 more_reasoning, more_text = self.splitter.finish()
                 reasoning, text = reasoning + more_reasoning, text + more_text

@@ -102,3 +102,8 @@ async def test_both_engines_agree() -> None:
     for req in (chat(12, thinking_budget=3, min_tokens=12), chat(6, thinking=False), chat(30)):
         a, b = await run(single, req), await run(batched, req)
         assert a[:2] == b[:2] and a[2].reasoning_tokens == b[2].reasoning_tokens
+
+
+async def test_a_zero_budget_ends_the_thinking_at_once(engine: Engine) -> None:
+    thought, answer, last = await run(engine, chat(6, thinking_budget=0, min_tokens=6))
+    assert thought == "" and answer and last.reasoning_tokens == 1  # the forced marker alone

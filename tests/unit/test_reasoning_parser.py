@@ -99,3 +99,29 @@ def test_thinking_controls() -> None:
     assert bad.value.param == "reasoning_effort"
     with pytest.raises(BadRequestError):
         thinking_control(None, {"enable_thinking": "yes"}, None)
+
+
+def _count(plan: reasoning.ThinkingPlan, pieces: list[str]) -> tuple[str, str, int | None]:
+    """Feed one piece per token through a `DeltaBuilder`, as the llama.cpp engine does."""
+    from raygate.backends.engines.deltas import DeltaBuilder
+
+    builder = DeltaBuilder(3, None, plan)
+    thought = answer = ""
+    last = None
+    for i, piece in enumerate(pieces):
+        builder.n_out += 1
+        last = builder.delta(piece, "stop" if i == len(pieces) - 1 else None)
+        if last is not None:
+            thought, answer = thought + last.reasoning, answer + last.text
+    assert last is not None
+    return thought, answer, last.reasoning_tokens
+
+
+def test_thinking_tokens_are_counted_up_to_the_end_marker() -> None:
+    opened = reasoning.ThinkingPlan("qwen3", "open", None, [7])
+    assert _count(opened, ["a", " b", "</think>", "\n\n", "4"]) == ("a b", "4", 3)
+    fresh = reasoning.ThinkingPlan("qwen3", "none", None, [7])
+    assert _count(fresh, ["\n", "<think>", "x", "</think>", "4"]) == ("x", "4", 3)
+    assert _count(fresh, ["\n", "Hi", "!"]) == ("", "\nHi!", 0)
+    hidden = reasoning.ThinkingPlan("deepseek_r1", "none", None, [7], include=False)
+    assert _count(hidden, ["a", "</think>", "b"]) == ("", "b", 2)

@@ -51,19 +51,11 @@ class SequenceOutput:
         self._special = not sampling.skip_special_tokens
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
         self.builder = DeltaBuilder(n_prompt, parser, job.thinking)
-        splitter = self.builder.splitter
-        self._sampler = job.sampler if splitter is not None else None
+        self._sampler = job.sampler if self.builder.splitter is not None else None
         self._forced_end = False
-        if (
-            self._sampler is not None
-            and job.thinking is not None
-            and splitter is not None
-            and splitter.thinking
-        ):
-            vocab = llm._model.vocab
-            self._sampler.think(
-                job.thinking.end_tokens, lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t))
-            )
+        self._in_thought = False  # the sampler was told the sequence thinks
+        if self._sampler is not None:
+            self._think(self._sampler)
 
     def push(self, token: int, ctx: Any, row: int, kept: np.ndarray | None = None) -> bool:
         """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer,
@@ -103,12 +95,17 @@ class SequenceOutput:
         `--reasoning-budget`), so the answer begins with the next token."""
         splitter, plan = self.builder.splitter, self.builder.thinking
         assert splitter is not None and plan is not None
-        if not splitter.thinking:
+        if splitter.state == "answer":
             sampler.arm()
             self._sampler = None
-        elif (
-            plan.budget is not None and not self._forced_end and self.builder.reasoning_tokens >= plan.budget
-        ):
+            return
+        if splitter.state != "thinking":
+            return  # `before` (qwen3): the output may still open `<think>`, or answer at once
+        if not self._in_thought:
+            vocab = self._llm._model.vocab
+            sampler.think(plan.end_tokens, lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)))
+            self._in_thought = True
+        if plan.budget is not None and not self._forced_end and self.builder.reasoning_tokens >= plan.budget:
             sampler.force(plan.end_tokens)
             self._forced_end = True
 
