@@ -41,8 +41,7 @@ class DeltaBuilder:
             if (
                 was == "thinking"
                 or self.splitter.state == "thinking"
-                or (self.splitter.ended
-                and was == "before")
+                or (self.splitter.ended and was == "before")
             ):
                 self.reasoning_tokens += self.n_out - self._counted
             self._counted = self.n_out
