@@ -259,6 +259,9 @@ class TokenizeRequest:
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     tools: ToolsSpec | None = None
+    # As `GenerateRequest.thinking`: the prompt a generate request with this switch would see
+    # (Anthropic's count_tokens counts what its create would, thinking off unless enabled).
+    thinking: bool | None = None
 
 
 @dataclass(slots=True)

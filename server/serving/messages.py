@@ -159,6 +159,7 @@ class CountTokensServing(Serving[CountTokensRequest]):
                 add_special_tokens=False,
                 add_generation_prompt=True,
                 tools=body.tools_spec(),
+                thinking=body.thinking_switch()[0],
             )
         )
         return json_response(CountTokensResponse(input_tokens=len(result.tokens)))

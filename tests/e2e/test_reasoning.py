@@ -350,3 +350,16 @@ async def test_agents_runner_gets_the_answer_without_the_thinking(base_url: str,
     assert "think>" not in result.final_output
     usage = result.context_wrapper.usage
     assert usage.output_tokens_details.reasoning_tokens == 5
+
+
+def test_anthropic_count_tokens_counts_what_a_create_sees(
+    anthropic_client: anthropic.Anthropic, reasoner: str
+) -> None:
+    """Thinking off (left out) closes it in the prompt; enabled leaves it open: the count follows."""
+    for thinking in (None, {"type": "enabled", "budget_tokens": 4}):
+        extra = {"thinking": thinking} if thinking else {}
+        counted = anthropic_client.messages.count_tokens(model=MODEL, messages=QUESTION, **extra)  # type: ignore[arg-type]
+        created = _anthropic(anthropic_client, thinking=thinking)
+        assert counted.input_tokens == created.usage.input_tokens + (
+            created.usage.cache_read_input_tokens or 0
+        )

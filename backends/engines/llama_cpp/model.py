@@ -298,7 +298,13 @@ class LlamaModel:
         """Blocking. vLLM's `/tokenize`: ids and the text of each."""
         llm = self.llm
         if request.messages is not None:
-            tokens = self.render_chat(request.messages, request.tools, request.add_generation_prompt)
+            switch = None if request.thinking is None else {"enable_thinking": request.thinking}
+            text, special = self.render_chat_text(
+                request.messages, request.tools, request.add_generation_prompt, switch
+            )
+            if self.reasoning is not None and request.thinking is False and request.add_generation_prompt:
+                text += reasoning.closing_text(text)
+            tokens = self.tokenize_prompt(text, special)
         else:
             add_bos = request.add_special_tokens and bool(llm._model.add_bos_token())
             tokens = llm.tokenize((request.prompt or "").encode(), add_bos=add_bos, special=False)

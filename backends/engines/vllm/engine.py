@@ -34,7 +34,7 @@ from raygate.backends.engines.base import (
     loaded,
     truncate_prompt,
 )
-from raygate.backends.engines.reasoning import ReasoningFormat
+from raygate.backends.engines.reasoning import ReasoningFormat, closing_text
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.support import (
@@ -45,7 +45,7 @@ from raygate.backends.engines.vllm.support import (
 )
 from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
-    chat_ids,
+    chat_text,
     embed_ids,
     error_param,
     generate_params,
@@ -202,7 +202,13 @@ class VllmEngine(Engine):
     def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
         assert self._pieces is not None
         if request.messages is not None:
-            ids = chat_ids(self._tokenizer, request.messages, request.tools, request.add_generation_prompt)
+            switch = None if request.thinking is None else {"enable_thinking": request.thinking}
+            text = chat_text(
+                self._tokenizer, request.messages, request.tools, request.add_generation_prompt, switch
+            )
+            if self._thinks is not None and request.thinking is False and request.add_generation_prompt:
+                text += closing_text(text)
+            ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         else:
             ids = list(
                 self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens)

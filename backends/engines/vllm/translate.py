@@ -57,15 +57,6 @@ def prompt_ids(
     return list(tokenizer.encode(request.prompt or "", add_special_tokens=True)), None
 
 
-def chat_ids(
-    tokenizer: Any, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
-) -> list[int]:
-    """The chat as token ids (`chat_text`). The template writes the special tokens itself (as
-    vLLM's chat endpoint does)."""
-    text = chat_text(tokenizer, messages, tools, add_generation_prompt)
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
 def chat_text(
     tokenizer: Any,
     messages: list[ChatMessage],
