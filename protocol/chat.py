@@ -11,6 +11,7 @@ from raygate.protocol.common import SamplingFields, Usage
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.extensions import fold_n_probs
 from raygate.protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
+from raygate.protocol.reasoning import thinking_control
 from raygate.protocol.tools import (
     MAX_TOOLS,
     ChoiceLogprobs,
@@ -83,7 +84,11 @@ class ChatCompletionRequest(SamplingFields):
     modalities: list[str] | None = None
     prediction: Any = None
     web_search_options: Any = None
+    # A reasoning model's thinking (protocol/reasoning.py): OpenAI's effort and vLLM's fields.
     reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    thinking_token_budget: int | None = Field(None, ge=0)
+    include_reasoning: bool = True
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
@@ -119,8 +124,6 @@ class ChatCompletionRequest(SamplingFields):
             refused.append("prediction")
         if self.web_search_options is not None:
             refused.append("web_search_options")
-        if self.reasoning_effort is not None:
-            refused.append("reasoning_effort")
         if self.store:
             refused.append("store")
         return refused + self.unsupported_extensions()
@@ -141,6 +144,10 @@ class ChatCompletionRequest(SamplingFields):
             json_schema=self.response_format.output_schema() if self.response_format else None,
         )
         return self.apply_extensions(params)
+
+    def thinking(self) -> tuple[bool | None, int | None, dict[str, Any] | None]:
+        """The thinking switch, budget and other template kwargs this body asks for."""
+        return thinking_control(self.reasoning_effort, self.chat_template_kwargs, self.thinking_token_budget)
 
     def tools_spec(self) -> ToolsSpec | None:
         return tools_spec(self.tools, self.tool_choice, self.parallel_tool_calls)
@@ -173,8 +180,11 @@ class ChatCompletionMessage(NestedOmitsNone):
     content: str | None
     refusal: str | None = None
     tool_calls: list[ToolCallOut] | None = None
+    # A reasoning model's thinking, under vLLM's two names (the same text); absent otherwise.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
     # `tool_calls` is absent (not null) when there are none, as in OpenAI's responses.
-    omit_when_none: ClassVar[frozenset[str]] = frozenset({"tool_calls"})
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"tool_calls", "reasoning_content", "reasoning"})
 
 
 class ChatCompletionChoice(ResponseModel):
@@ -203,6 +213,8 @@ class ChatDelta(ResponseModel):
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[ToolCallChunk] | None = None
 
     @model_serializer(mode="wrap")

@@ -19,6 +19,12 @@ class PromptTokensDetails(ResponseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(ResponseModel):
+    """The completion tokens a reasoning model spent thinking (OpenAI's field)."""
+
+    reasoning_tokens: int = 0
+
+
 class Usage(NestedOmitsNone):
     """OpenAI's `usage`: the engines' own token counts, never re-tokenised in the gateway. Build it with
     `of()`, which keeps `total_tokens` the sum of the other two. `prompt_tokens_details` only
@@ -28,15 +34,28 @@ class Usage(NestedOmitsNone):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
-    omit_when_none: ClassVar[frozenset[str]] = frozenset({"prompt_tokens_details"})
+    # Only for a reasoning model (its engine counts thinking tokens).
+    completion_tokens_details: CompletionTokensDetails | None = None
+    omit_when_none: ClassVar[frozenset[str]] = frozenset(
+        {"prompt_tokens_details", "completion_tokens_details"}
+    )
 
     @property
     def cached_tokens(self) -> int:
         return 0 if self.prompt_tokens_details is None else self.prompt_tokens_details.cached_tokens
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> Usage:
+    def of(
+        cls,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+    ) -> Usage:
         return cls(
+            completion_tokens_details=None
+            if reasoning_tokens is None
+            else CompletionTokensDetails(reasoning_tokens=reasoning_tokens),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,

@@ -129,6 +129,30 @@ class ModelLimits(StrictModel):
     )
 
 
+ReasoningParser = Literal["auto", "deepseek_r1", "qwen3", "none"]
+
+
+class ReasoningConfig(StrictModel):
+    """A reasoning model's `reasoning:` block: how its thinking is told from its answer
+    (docs/reasoning.md). A model without the block is served as if it did not think."""
+
+    parser: ReasoningParser = Field(
+        "auto",
+        description="How the output is split: `deepseek_r1` (thinking until `</think>`, all "
+        "thinking when it never comes), `qwen3` (thinking only inside `<think>...</think>`, or "
+        "from the start when the prompt opened it; `enable_thinking` turns it off), `none`, or "
+        "`auto`: read from the chat template (`qwen3` when it has `<think>` and `enable_thinking`, "
+        "`deepseek_r1` when it has `<think>` alone, else `none`).",
+    )
+    budget: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Thinking tokens a request may spend before the engine writes the end "
+        "marker itself and the answer begins (a request's own budget wins); None: unbounded.",
+    )
+
+
 class LaunchOrigin(StrictModel):
     """What a deployment launched through `POST /v1/models` remembers of its registration, so that
     `GET /v1/models/{uid}` describes it as Xinference does. Part of the deployment's spec."""
@@ -223,6 +247,11 @@ class ModelConfig(StrictModel):
         default_factory=SamplingDefaults,
         description="Sampling used where a request does not set the field (temperature, top_p, "
         "top_k, min_p, repetition_penalty, presence/frequency_penalty, max_tokens).",
+    )
+    reasoning: ReasoningConfig | None = Field(
+        None,
+        description="A reasoning model: thinking split from the answer, budgets, on/off per "
+        "request (docs/reasoning.md). Leave out for a model that does not think.",
     )
     origin: LaunchOrigin | None = Field(
         None,

@@ -128,6 +128,24 @@ class GenerateRequest:
     tools: ToolsSpec | None = None
     # Completions `suffix`: fill in the middle between `prompt` and `suffix` (needs FIM tokens).
     suffix: str | None = None
+    # Thinking on a reasoning model (docs/reasoning.md). `thinking`: the per-request switch that
+    # every API maps onto (chat's `chat_template_kwargs.enable_thinking` and `reasoning_effort`,
+    # Responses' `reasoning.effort`, Anthropic's `thinking.type`, Ollama's `think`); None leaves
+    # it to the chat template. It reaches the template as `enable_thinking`. `thinking_budget`:
+    # thinking tokens before the engine forces the end marker (None: the model's default).
+    thinking: bool | None = None
+    thinking_budget: int | None = None
+    # Other keyword arguments for the chat template (vLLM's `chat_template_kwargs`).
+    template_kwargs: dict[str, Any] | None = None
+    # False: the thinking is generated but left out of the output (vLLM's `include_reasoning`).
+    include_reasoning: bool = True
+
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """What the chat template is rendered with besides the messages."""
+        kwargs = dict(self.template_kwargs or {})
+        if self.thinking is not None:
+            kwargs["enable_thinking"] = self.thinking
+        return kwargs
 
     @property
     def prompt_param(self) -> str:
@@ -190,6 +208,11 @@ class Delta:
     stop_sequence: str | None = None
     # Prompt tokens served from the engine's prefix cache (None: the engine does not say).
     cached_tokens: int | None = None
+    # A reasoning model's thinking, split from `text` (the answer) by the engine's reasoning
+    # parser (backends/engines/reasoning.py); `reasoning_tokens` is its running token count,
+    # None for a model without a `reasoning:` block.
+    reasoning: str = ""
+    reasoning_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -236,6 +259,9 @@ class TokenizeRequest:
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     tools: ToolsSpec | None = None
+    # As `GenerateRequest.thinking`: the prompt a generate request with this switch would see
+    # (Anthropic's count_tokens counts what its create would, thinking off unless enabled).
+    thinking: bool | None = None
 
 
 @dataclass(slots=True)

@@ -51,10 +51,22 @@ class DocumentBlockIn(RequestModel):
 
 
 class ThinkingBlockIn(RequestModel):
-    """Extended thinking from an earlier turn, sent back by agents: Anthropic does not show it to
-    the model again either, so it is dropped."""
+    """Extended thinking from an earlier turn, sent back by agents: its signature is checked
+    (server/serving/thinking_signature.py), and, as Anthropic does, it is not shown to the model
+    again."""
 
     type: Literal["thinking", "redacted_thinking"]
+    thinking: str | None = None
+    signature: str | None = None
+
+
+class ThinkingParam(RequestModel):
+    """`thinking`: `enabled` (with `budget_tokens`, the thinking budget the engine enforces) or
+    `adaptive` turn a reasoning model's thinking on, `disabled` off; left out, it is off, as in
+    Anthropic's API. Anthropic asks for a budget of 1024 or more; small models here may use less."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(None, ge=1)
 
 
 class ToolUseBlockIn(RequestModel):
@@ -208,14 +220,12 @@ class MessagesInput(RequestModel):
     system: str | list[TextBlockIn] | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
-    thinking: dict[str, Any] | None = None
+    thinking: ThinkingParam | None = None
     mcp_servers: list[Any] | None = None
 
     def unsupported_fields(self) -> list[str]:
         """Anthropic fields with a meaning no backend here implements: refused by name."""
         refused = []
-        if self.thinking and self.thinking.get("type") not in (None, "disabled"):
-            refused.append("thinking")
         if self.mcp_servers:
             refused.append("mcp_servers")
         return refused
@@ -227,6 +237,23 @@ class MessagesInput(RequestModel):
             out.append(ChatMessage("system", text))
         for i, m in enumerate(self.messages):
             out += m.to_engine(i)
+        return out
+
+    def thinking_switch(self) -> tuple[bool, int | None]:
+        """(on, budget): thinking is on only when asked for, as in Anthropic's API."""
+        if self.thinking is None or self.thinking.type == "disabled":
+            return False, None
+        return True, self.thinking.budget_tokens
+
+    def thinking_blocks(self) -> list[tuple[str, ThinkingBlockIn]]:
+        """The `thinking` blocks sent back in assistant turns, with where each is (for errors)."""
+        out = []
+        for i, m in enumerate(self.messages):
+            if isinstance(m.content, str):
+                continue
+            for j, block in enumerate(m.content):
+                if isinstance(block, ThinkingBlockIn) and block.type == "thinking":
+                    out.append((f"messages[{i}].content[{j}]", block))
         return out
 
     def tools_spec(self) -> ToolsSpec | None:
@@ -296,6 +323,11 @@ class MessagesRequest(MessagesInput):
     def to_sampling_params(self) -> SamplingParams:
         """`top_k` 0 is off, as unset (the engines' convention); an output format is the same
         schema constraint as chat's `response_format: json_schema`."""
+        on, budget = self.thinking_switch()
+        if on and budget is not None and budget >= self.max_tokens:
+            raise BadRequestError(
+                "`thinking.budget_tokens` must be less than `max_tokens`.", param="thinking.budget_tokens"
+            )
         fmt = self.output_format or (self.output_config.format if self.output_config else None)
         if fmt is not None and self.tools and not isinstance(self.tool_choice, ToolChoiceNone):
             raise UnsupportedParameterError(

@@ -82,7 +82,16 @@ class ToolUseBlock(ResponseModel):
     input: dict[str, Any]
 
 
-ContentBlock = TextBlock | ToolUseBlock
+class ThinkingBlock(ResponseModel):
+    """A reasoning model's thinking, before the answer (`thinking` enabled); `signature` lets the
+    gateway check the block when a client sends it back (server/serving/thinking_signature.py)."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str
+
+
+ContentBlock = ThinkingBlock | TextBlock | ToolUseBlock
 
 
 class Message(ResponseModel):
@@ -139,6 +148,20 @@ class TextDelta(ResponseModel):
     text: str
 
 
+class ThinkingDelta(ResponseModel):
+    """A piece of a thinking block."""
+
+    type: Literal["thinking_delta"] = "thinking_delta"
+    thinking: str
+
+
+class SignatureDelta(ResponseModel):
+    """A thinking block's signature, its last delta."""
+
+    type: Literal["signature_delta"] = "signature_delta"
+    signature: str
+
+
 class InputJsonDelta(ResponseModel):
     """A piece of a tool_use block's JSON input; the pieces joined parse as the input."""
 
@@ -151,7 +174,7 @@ class ContentBlockDeltaEvent(MessagesEvent):
 
     type: Literal["content_block_delta"] = "content_block_delta"
     index: int
-    delta: TextDelta | InputJsonDelta
+    delta: TextDelta | ThinkingDelta | SignatureDelta | InputJsonDelta
 
 
 class ContentBlockStopEvent(MessagesEvent):

@@ -80,6 +80,26 @@ class TextDoneEvent(ResponseEvent):
     logprobs: list[Any] = Field(default_factory=list)
 
 
+class ReasoningTextDeltaEvent(ResponseEvent):
+    """A piece of a reasoning item's thinking."""
+
+    type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDoneEvent(ResponseEvent):
+    """A reasoning item's whole thinking."""
+
+    type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
 class ArgumentsDeltaEvent(ResponseEvent):
     """A piece of a function call's arguments (JSON text)."""
 

@@ -63,6 +63,24 @@ class OutputMessageItem(ResponseModel):
         return "".join(part.text for part in self.content)
 
 
+class ReasoningTextContent(ResponseModel):
+    """A reasoning model's thinking, as text (no summary is made of it: `summary` stays empty)."""
+
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(ResponseModel):
+    """A reasoning model's thinking before its answer. Kept in the conversation, and not shown to
+    the model again in later turns (its chat template drops earlier thinking too)."""
+
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningTextContent] = Field(default_factory=list)
+    status: ItemStatus = "completed"
+
+
 class FunctionCallItem(ResponseModel):
     """A call the model made; `call_id` pairs it with its `function_call_output`."""
 
@@ -94,17 +112,20 @@ def _conversation_kind(value: Any) -> str:
 
 
 # One conversation item, as code handles it (`ConversationItem` is the same, tagged for parsing).
-Item = InputMessageItem | OutputMessageItem | FunctionCallItem | FunctionCallOutputItem
+Item = InputMessageItem | OutputMessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 
 ConversationItem = Annotated[
     Annotated[InputMessageItem, Tag("message")]
     | Annotated[OutputMessageItem, Tag("assistant")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_conversation_kind),
 ]
 OutputItem = Annotated[
-    Annotated[OutputMessageItem, Tag("assistant")] | Annotated[FunctionCallItem, Tag("function_call")],
+    Annotated[OutputMessageItem, Tag("assistant")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_conversation_kind),
 ]
 
@@ -115,6 +136,8 @@ def engine_messages(instructions: str | None, items: list[Item]) -> list[ChatMes
     out = [ChatMessage(role="system", content=instructions)] if instructions else []
     names: dict[str, str] = {}
     for item in items:
+        if isinstance(item, ReasoningItem):
+            continue  # earlier thinking is not shown to the model again
         if isinstance(item, InputMessageItem):
             out.append(ChatMessage(role=item.role, content="".join(p.text for p in item.content)))
         elif isinstance(item, OutputMessageItem):

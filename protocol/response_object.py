@@ -88,7 +88,7 @@ class InputTokensDetails(ResponseModel):
 
 
 class OutputTokensDetails(ResponseModel):
-    """No reasoning tokens are produced."""
+    """The output tokens a reasoning model spent thinking."""
 
     reasoning_tokens: int = 0
 
@@ -103,12 +103,15 @@ class ResponseUsage(ResponseModel):
     total_tokens: int
 
     @classmethod
-    def of(cls, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> ResponseUsage:
+    def of(
+        cls, input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0
+    ) -> ResponseUsage:
         total = input_tokens + output_tokens
         details = InputTokensDetails(cached_tokens=cached_tokens)
         return cls(
             input_tokens=input_tokens,
             input_tokens_details=details,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
             output_tokens=output_tokens,
             total_tokens=total,
         )

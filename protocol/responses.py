@@ -16,6 +16,7 @@ from pydantic import Discriminator, Field, Tag, field_validator
 from raygate.protocol.base import RequestModel
 from raygate.protocol.errors import BadRequestError, OpenAIError, UnsupportedParameterError
 from raygate.protocol.generation import SamplingParams, ToolsSpec
+from raygate.protocol.reasoning import thinking_control
 from raygate.protocol.response_items import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -24,6 +25,8 @@ from raygate.protocol.response_items import (
     Item,
     OutputMessageItem,
     OutputTextContent,
+    ReasoningItem,
+    ReasoningTextContent,
     item_id,
 )
 from raygate.protocol.tools import (
@@ -132,24 +135,48 @@ class FunctionCallOutputInput(RequestModel):
         return FunctionCallOutputItem(id=self.id or item_id("fco"), call_id=self.call_id, output=output)
 
 
+class ReasoningInput(RequestModel):
+    """A reasoning item from an earlier response, sent back by a client that manages the
+    conversation itself: kept in the conversation, not shown to the model again."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[Any] | None = None
+    content: list[ReasoningTextContent] | None = None
+    encrypted_content: str | None = None
+
+    def to_item(self) -> ReasoningItem:
+        return ReasoningItem(id=self.id or item_id("rs"), content=list(self.content or []))
+
+
 class OtherInput(RequestModel):
-    """Any other item type (`reasoning`, `item_reference`, built-in tool calls): refused by name."""
+    """Any other item type (`item_reference`, built-in tool calls): refused by name."""
 
     type: str
 
 
 def _input_kind(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
-    return kind if kind in ("message", "function_call", "function_call_output") else "other"
+    return kind if kind in ("message", "function_call", "function_call_output", "reasoning") else "other"
 
 
 InputItem = Annotated[
     Annotated[MessageInput, Tag("message")]
     | Annotated[FunctionCallInput, Tag("function_call")]
     | Annotated[FunctionCallOutputInput, Tag("function_call_output")]
+    | Annotated[ReasoningInput, Tag("reasoning")]
     | Annotated[OtherInput, Tag("other")],
     Discriminator(_input_kind),
 ]
+
+
+class ReasoningParam(RequestModel):
+    """`reasoning`: `effort` switches a reasoning model's thinking (`none`: off) and bounds it
+    (protocol/reasoning.py); `summary` is accepted, but no summary is made (`summary: []`)."""
+
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
 
 
 class ResponsesTool(RequestModel):
@@ -221,7 +248,7 @@ class CreateResponseRequest(RequestModel):
     conversation: Any = None
     prompt: Any = None
     include: list[str] | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: ReasoningParam | None = None
     truncation: str | None = None
     top_logprobs: int | None = None
 
@@ -250,8 +277,6 @@ class CreateResponseRequest(RequestModel):
             refused.append("prompt")
         if self.include:
             refused.append("include")
-        if self.reasoning and any(v is not None for v in self.reasoning.values()):
-            refused.append("reasoning")
         if self.truncation not in (None, "disabled"):
             refused.append("truncation")
         if self.top_logprobs:
@@ -270,7 +295,7 @@ class CreateResponseRequest(RequestModel):
             param = f"input[{i}]"
             if isinstance(entry, MessageInput | FunctionCallOutputInput):
                 items.append(entry.to_item(param))
-            elif isinstance(entry, FunctionCallInput):
+            elif isinstance(entry, FunctionCallInput | ReasoningInput):
                 items.append(entry.to_item())
             else:
                 raise UnsupportedParameterError(
@@ -279,6 +304,11 @@ class CreateResponseRequest(RequestModel):
                     param=param,
                 )
         return items
+
+    def thinking(self) -> tuple[bool | None, int | None, dict[str, Any] | None]:
+        """The thinking switch, budget and template kwargs `reasoning.effort` asks for."""
+        effort = self.reasoning.effort if self.reasoning else None
+        return thinking_control(effort, None, None, param="reasoning.effort")
 
     def format(self) -> TextFormat:
         return self.text.format if self.text and self.text.format else TextFormat(type="text")

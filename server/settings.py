@@ -95,6 +95,14 @@ class Settings:
         help="require this bearer token on /admin, at least 8 characters",
         shown_default="/admin is open, which only a loopback --host allows without --allow-open-admin",
     )
+    thinking_signing_key: str | None = setting(
+        None,
+        env="RAYGATE_THINKING_SIGNING_KEY",
+        help="key of the signatures on /v1/messages `thinking` blocks (HMAC-SHA256), checked when a "
+        "client sends a block back; gateways behind one address need the same key",
+        shown_default="a random key per gateway process",
+        group=OPERATIONS,
+    )
     # Read into admin_key when that is not set (resolve_settings, below).
     admin_key_file: Path | None = setting(
         None,

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from raygate.backends.engines import tool_calls
+from raygate.backends.engines.reasoning import ThinkingPlan
 from raygate.protocol.generation import Delta, FinishReason, TokenLogprob, ToolCallDelta
 
 
 class DeltaBuilder:
-    """Turns decoded text into `Delta`s: routes it through the tool-call parser when tools are on,
-    and attaches the logprobs gathered since the previous delta."""
+    """Turns decoded text into `Delta`s: splits a reasoning model's thinking from the answer
+    (`thinking`), routes the answer through the tool-call parser when tools are on, and attaches
+    the logprobs gathered since the previous delta."""
 
-    def __init__(self, n_prompt: int, parser: tool_calls.ToolCallParser | None) -> None:
+    def __init__(
+        self, n_prompt: int, parser: tool_calls.ToolCallParser | None, thinking: ThinkingPlan | None = None
+    ) -> None:
         self.n_prompt = n_prompt
         self.n_out = 0
         self.parser = parser
+        self.thinking = thinking
+        self.splitter = thinking.splitter() if thinking is not None else None
+        self.reasoning_tokens = 0  # tokens generated while the sequence was thinking
+        self._counted = 0  # of n_out, the tokens already classed as thinking or answer
         self.logprobs: list[TokenLogprob] = []
         self.prompt_logprobs: list[TokenLogprob] | None = None
         # Prompt tokens the engine reused from its prefix cache, once it knows.
@@ -24,6 +32,24 @@ class DeltaBuilder:
     ) -> Delta | None:
         """`stop_sequence`: the stop string that ended the sequence, with `finish` `stop`."""
         calls: list[ToolCallDelta] = []
+        reasoning = ""
+        if self.splitter is not None:
+            assert self.thinking is not None
+            was = self.splitter.state
+            reasoning, text = self.splitter.push(text)
+            # Thinking tokens: those read while thinking, the one that opened it, the end marker.
+            if (
+                was == "thinking"
+                or self.splitter.state == "thinking"
+                or (self.splitter.ended and was == "before")
+            ):
+                self.reasoning_tokens += self.n_out - self._counted
+            self._counted = self.n_out
+            if finish is not None:
+                more_reasoning, more_text = self.splitter.finish()
+                reasoning, text = reasoning + more_reasoning, text + more_text
+            if not self.thinking.include:
+                reasoning = ""
         if self.parser is not None:
             text, calls = self.parser.push(text)
             if finish is not None:
@@ -31,7 +57,7 @@ class DeltaBuilder:
                 text, calls = text + tail, calls + more
                 if finish == "stop" and self.parser.called:
                     finish = "tool_calls"
-        if finish is None and not (text or calls or self.logprobs or self.prompt_logprobs):
+        if finish is None and not (text or reasoning or calls or self.logprobs or self.prompt_logprobs):
             return None
         delta = Delta(
             text,
@@ -43,6 +69,8 @@ class DeltaBuilder:
             prompt_logprobs=self.prompt_logprobs,
             stop_sequence=stop_sequence if finish == "stop" else None,
             cached_tokens=self.cached_tokens,
+            reasoning=reasoning,
+            reasoning_tokens=self.reasoning_tokens if self.splitter is not None else None,
         )
         self.logprobs, self.prompt_logprobs = [], None
         return delta

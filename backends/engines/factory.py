@@ -25,6 +25,7 @@ def make_engine(config: ModelConfig) -> Engine:
             rank=config.task == "rerank",
             engine_kwargs=config.engine,
             num_gpus=config.num_gpus,
+            reasoning=config.reasoning,
         )
     if (
         config.backend == "llama_cpp"
@@ -33,7 +34,7 @@ def make_engine(config: ModelConfig) -> Engine:
     ):
         from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 
-        return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine)
+        return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine, reasoning=config.reasoning)
     if config.backend == "llama_cpp":
         from raygate.backends.engines.llama_cpp.engine import LlamaCppEngine
 
@@ -42,5 +43,6 @@ def make_engine(config: ModelConfig) -> Engine:
             embedding=config.task == "embed",
             rank=config.task == "rerank",
             engine_kwargs=config.engine,
+            reasoning=config.reasoning,
         )
     raise ValueError(f"unknown backend {config.backend!r}")

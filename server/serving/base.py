@@ -163,7 +163,7 @@ class GenerationServing(Serving[BodyT]):
         return f"{self.id}-{index}"
 
     def usage(self, tally: Tally) -> Usage:
-        return Usage.of(*tally.usage_counts(self.samples_per_prompt))
+        return Usage.of(*tally.usage_counts(self.samples_per_prompt), tally.thinking_tokens())
 
     async def respond(self) -> Response:
         model = self.resolve()

@@ -51,11 +51,23 @@ class ChatServing(ChunkedServing[ChatCompletionRequest]):
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
         messages, tools = body.to_engine_messages(), body.tools_spec()
+        thinking, budget, kwargs = body.thinking()
         requests = []
         for i in range(body.n):
             sampling = body.to_sampling_params()
             sampling.seed = sample_seed(sampling.seed, i)
-            requests.append(GenerateRequest(self.sequence_id(i), sampling, messages=messages, tools=tools))
+            requests.append(
+                GenerateRequest(
+                    self.sequence_id(i),
+                    sampling,
+                    messages=messages,
+                    tools=tools,
+                    thinking=thinking,
+                    thinking_budget=budget,
+                    template_kwargs=kwargs,
+                    include_reasoning=body.include_reasoning,
+                )
+            )
         return requests
 
     def final_body(self, tally: Tally, choices: int) -> ChatCompletion:
@@ -75,9 +87,12 @@ class ChatServing(ChunkedServing[ChatCompletionRequest]):
         content: str | None = tally.text(i)
         if calls and not (content or "").strip():
             content = None  # OpenAI sends null content next to tool calls
+        thought = tally.thought(i)
         return ChatCompletionChoice(
             index=i,
-            message=ChatCompletionMessage(content=content, tool_calls=calls or None),
+            message=ChatCompletionMessage(
+                content=content, tool_calls=calls or None, reasoning_content=thought, reasoning=thought
+            ),
             logprobs=ChoiceLogprobs.of(tally.logprobs.get(i, [])) if self.body.logprobs else None,
             finish_reason=tally.finish.get(i),
         )
@@ -106,18 +121,22 @@ class ChatServing(ChunkedServing[ChatCompletionRequest]):
 
     def delta_chunk(self, index: int, delta: Delta, first: bool) -> str | None:
         content = delta.text or None
+        thought = delta.reasoning or None
         calls = _call_chunks(delta.tool_calls) if delta.tool_calls else None
         logprobs = ChoiceLogprobs.of(delta.logprobs) if self._logprobs and delta.logprobs else None
-        if content is not None and delta.finish_reason is None and not calls and logprobs is None:
+        plain = thought is None and delta.finish_reason is None and not calls and logprobs is None
+        if content is not None and plain:
             # The per-token path: one template render, nothing built (see protocol/templates).
             template = self._templates.get(index) or self._text_template(index)
             return template.render(content)
-        if content is not None or calls or logprobs or delta.finish_reason is not None:
+        if content is not None or thought is not None or calls or logprobs or delta.finish_reason is not None:
             return self._chunk(
                 [
                     ChatChunkChoice(
                         index=index,
-                        delta=ChatDelta(content=content, tool_calls=calls),
+                        delta=ChatDelta(
+                            content=content, reasoning_content=thought, reasoning=thought, tool_calls=calls
+                        ),
                         logprobs=logprobs,
                         finish_reason=delta.finish_reason,
                     )

@@ -33,6 +33,7 @@ from raygate.protocol.messages_response import (
     MessageStopEvent,
     MessagesUsage,
     TextBlock,
+    ThinkingBlock,
     ToolUseBlock,
     stop_reason,
     tool_use_id,
@@ -41,6 +42,7 @@ from raygate.server.serving.base import GenerationServing, Serving, json_respons
 from raygate.server.serving.message_blocks import BlockStream, event
 from raygate.server.serving.streaming import Event, Payload, SseDialect
 from raygate.server.serving.tally import Tally
+from raygate.server.serving.thinking_signature import check_returned, sign
 
 # Anthropic's streams: a late failure is an `error` event, and nothing follows `message_stop`.
 ANTHROPIC_SSE = SseDialect(error=lambda exc: Event("error", ErrorEvent.of(exc).to_json()), done=b"")
@@ -66,12 +68,16 @@ class MessagesServing(GenerationServing[MessagesRequest]):
 
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
+        check_returned(self.request, body)
+        thinking, budget = body.thinking_switch()
         return [
             GenerateRequest(
                 self.sequence_id(0),
                 body.to_sampling_params(),
                 messages=body.to_engine_messages(),
                 tools=body.tools_spec(),
+                thinking=thinking,
+                thinking_budget=budget,
             )
         ]
 
@@ -82,6 +88,9 @@ class MessagesServing(GenerationServing[MessagesRequest]):
 
     def final_body(self, tally: Tally, choices: int) -> Message:
         content: list[ContentBlock] = []
+        thought = tally.thought(0)
+        if thought is not None:
+            content.append(ThinkingBlock(thinking=thought, signature=sign(self.request, thought)))
         text = tally.text(0)
         if text.strip():  # whitespace alone is no answer (as in the stream: message_blocks.py)
             content.append(TextBlock(text=text))
@@ -104,7 +113,7 @@ class MessagesServing(GenerationServing[MessagesRequest]):
         """message_start, the content blocks' events, message_delta (stop reason, usage),
         message_stop. The first event waits for the first delta, so a failure before it is
         still an HTTP error with its own status (server/serving/streaming.py)."""
-        tally, blocks = Tally(), BlockStream()
+        tally, blocks = Tally(), BlockStream(lambda thought: sign(self.request, thought))
         async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
             async for index, delta in deltas:
                 if not tally.texts:
@@ -150,6 +159,7 @@ class CountTokensServing(Serving[CountTokensRequest]):
                 add_special_tokens=False,
                 add_generation_prompt=True,
                 tools=body.tools_spec(),
+                thinking=body.thinking_switch()[0],
             )
         )
         return json_response(CountTokensResponse(input_tokens=len(result.tokens)))

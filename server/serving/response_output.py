@@ -11,6 +11,9 @@ non-streamed one feeds the collected deltas in as one and ignores the events).
 Whitespace before the first visible character is held back: a model that writes `"\\n"` and then
 a tool call must not leave an empty message item in front of the call (chat drops such content
 too). It is shown if visible text follows, or if the answer ends with no call.
+
+A reasoning model's thinking (`Delta.reasoning`) comes first, as a `reasoning` item
+(`output_item.added`, `reasoning_text.delta`s, `reasoning_text.done`, `output_item.done`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from raygate.protocol.response_events import (
     ArgumentsDoneEvent,
     ContentPartEvent,
     OutputItemEvent,
+    ReasoningTextDeltaEvent,
+    ReasoningTextDoneEvent,
     ResponseEvent,
     ResponseLifecycleEvent,
     TextDeltaEvent,
@@ -33,6 +38,8 @@ from raygate.protocol.response_items import (
     ItemStatus,
     OutputMessageItem,
     OutputTextContent,
+    ReasoningItem,
+    ReasoningTextContent,
     item_id,
 )
 from raygate.protocol.response_object import ResponseObject
@@ -46,10 +53,10 @@ class OutputBuilder:
     """Output items and stream events of one response; numbers every event it makes."""
 
     def __init__(self) -> None:
-        self.items: list[OutputMessageItem | FunctionCallItem] = []
+        self.items: list[OutputMessageItem | FunctionCallItem | ReasoningItem] = []
         self.finish_reason: FinishReason | None = None
         self._seq = 0
-        self._kind: Literal["message", "call"] | None = None  # the open item
+        self._kind: Literal["reasoning", "message", "call"] | None = None  # the open item
         self._id = ""
         self._pieces: list[str] = []
         self._call_id = ""
@@ -73,6 +80,8 @@ class OutputBuilder:
 
     def add(self, delta: Delta) -> list[ResponseEvent]:
         events: list[ResponseEvent] = []
+        if delta.reasoning:
+            self._thinking(delta.reasoning, events)
         if delta.text:
             self._text(delta.text, events)
         for piece in delta.tool_calls or ():
@@ -84,12 +93,30 @@ class OutputBuilder:
     def close(self) -> list[ResponseEvent]:
         """End the open item; an answer with no item at all still gets its (maybe empty) message."""
         events: list[ResponseEvent] = []
-        if self._kind is None and not self.items:
+        if self._kind in (None, "reasoning") and not any(i.type != "reasoning" for i in self.items):
+            self._close(self.status, events)
             self._open_message(events)
             if self._pending:
                 self._text_delta(self._pending, events)
         self._close(self.status, events)
         return events
+
+    def _thinking(self, text: str, events: list[ResponseEvent]) -> None:
+        if self._kind != "reasoning":
+            self._close("completed", events)
+            self._kind, self._id, self._pieces = "reasoning", item_id("rs"), []
+            item = ReasoningItem(id=self._id, status="in_progress")
+            events.append(self._item_event("response.output_item.added", item))
+        self._pieces.append(text)
+        events.append(
+            ReasoningTextDeltaEvent(
+                sequence_number=self.number(),
+                item_id=self._id,
+                output_index=len(self.items),
+                content_index=0,
+                delta=text,
+            )
+        )
 
     def _text(self, text: str, events: list[ResponseEvent]) -> None:
         if self._kind != "message":
@@ -143,8 +170,19 @@ class OutputBuilder:
             return
         whole = "".join(self._pieces)
         index = len(self.items)
-        item: OutputMessageItem | FunctionCallItem
-        if self._kind == "message":
+        item: OutputMessageItem | FunctionCallItem | ReasoningItem
+        if self._kind == "reasoning":
+            events.append(
+                ReasoningTextDoneEvent(
+                    sequence_number=self.number(),
+                    item_id=self._id,
+                    output_index=index,
+                    content_index=0,
+                    text=whole,
+                )
+            )
+            item = ReasoningItem(id=self._id, content=[ReasoningTextContent(text=whole)], status=status)
+        elif self._kind == "message":
             events.append(
                 TextDoneEvent(
                     sequence_number=self.number(),
@@ -182,7 +220,7 @@ class OutputBuilder:
     def _item_event(
         self,
         kind: Literal["response.output_item.added", "response.output_item.done"],
-        item: OutputMessageItem | FunctionCallItem,
+        item: OutputMessageItem | FunctionCallItem | ReasoningItem,
     ) -> OutputItemEvent:
         index = len(self.items)
         return OutputItemEvent(type=kind, sequence_number=self.number(), output_index=index, item=item)

@@ -107,9 +107,16 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
         messages = engine_messages(body.instructions, [*self._context, *self._input])
+        thinking, budget, kwargs = body.thinking()
         return [
             GenerateRequest(
-                self.sequence_id(0), body.to_sampling_params(), messages=messages, tools=body.tools_spec()
+                self.sequence_id(0),
+                body.to_sampling_params(),
+                messages=messages,
+                tools=body.tools_spec(),
+                thinking=thinking,
+                thinking_budget=budget,
+                template_kwargs=kwargs,
             )
         ]
 
@@ -130,6 +137,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
                 prompt_tokens=tally.prompt_tokens.get(0, 0),
                 finish_reason=tally.finish.get(0),
                 tool_calls=calls or None,
+                reasoning=tally.thought(0) or "",
             )
         )
         builder.close()
@@ -173,7 +181,13 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
             top_p=1.0 if body.top_p is None else body.top_p,
             usage=None
             if usage is None
-            else ResponseUsage.of(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens),
+            else ResponseUsage.of(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cached_tokens,
+                usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else 0,
+            ),
+            reasoning=body.reasoning.model_dump(include={"effort", "summary"}) if body.reasoning else None,
             user=body.user,
             metadata=body.metadata or {},
         )

@@ -32,9 +32,16 @@ class Tally:
     calls: dict[int, dict[int, CallSoFar]] = field(default_factory=dict)
     stop_sequences: dict[int, str] = field(default_factory=dict)
     cached_tokens: dict[int, int] = field(default_factory=dict)
+    # A reasoning model's thinking, and the tokens it took (engines that count them).
+    reasoning: dict[int, list[str]] = field(default_factory=dict)
+    reasoning_tokens: dict[int, int] = field(default_factory=dict)
 
     def add(self, index: int, delta: Delta) -> None:
         self.texts.setdefault(index, []).append(delta.text)
+        if delta.reasoning:
+            self.reasoning.setdefault(index, []).append(delta.reasoning)
+        if delta.reasoning_tokens is not None:
+            self.reasoning_tokens[index] = delta.reasoning_tokens
         self.prompt_tokens[index] = delta.prompt_tokens
         self.completion_tokens[index] = delta.completion_tokens
         if delta.finish_reason is not None:
@@ -58,6 +65,15 @@ class Tally:
 
     def text(self, index: int) -> str:
         return "".join(self.texts.get(index, []))
+
+    def thought(self, index: int) -> str | None:
+        """Choice `index`'s thinking, None when it had none."""
+        pieces = self.reasoning.get(index)
+        return "".join(pieces) if pieces else None
+
+    def thinking_tokens(self) -> int | None:
+        """Thinking tokens of all choices, None when no engine counted any (not a reasoning model)."""
+        return sum(self.reasoning_tokens.values()) if self.reasoning_tokens else None
 
     def usage_counts(self, samples_per_prompt: int) -> tuple[int, int, int | None]:
         """Prompt tokens (and those of them the cache held: None if the engine does not count

@@ -78,7 +78,6 @@ def test_user_is_accepted(client: openai.OpenAI) -> None:
         ("modalities", ["text", "audio"]),
         ("prediction", {"type": "content", "content": "x"}),
         ("web_search_options", {}),
-        ("reasoning_effort", "low"),
     ],
 )
 def test_fields_no_backend_honours_are_refused_by_name(base_url: str, field: str, value: Any) -> None:

@@ -70,6 +70,7 @@ from raygate.backends.engines.llama_cpp.prompt_store import (
 )
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.streams import Pump
+from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import (
     Delta,
@@ -95,8 +96,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     """`backend: llama_cpp` with `n_seq_max` > 1: one scheduler thread decodes every running sequence in
     shared batches (module docstring). Generation only."""
 
-    def __init__(self, model_path: str, *, engine_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, model_path: str, *, engine_kwargs: dict[str, Any], reasoning: ReasoningConfig | None = None
+    ) -> None:
         super().__init__()
+        self._reasoning = reasoning
         kwargs, cache = llama_kwargs(engine_kwargs, generation=True)
         self._prompt_cache = cache.enabled
         self._store = PromptStore(cache.ram_bytes)
@@ -117,7 +121,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         from llama_cpp import _internals
 
         model = await asyncio.to_thread(
-            LlamaModel.load, self._model_path, embedding=False, kwargs=self._kwargs
+            LlamaModel.load,
+            self._model_path,
+            embedding=False,
+            kwargs=self._kwargs,
+            reasoning_config=self._reasoning,
         )
         # `Llama`'s own context settings (flash attention, rope, KV types...), so the numbers,
         # and with them greedy outputs, match the one-sequence engine; only the shape differs.
@@ -145,7 +153,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         with self._running(request.request_id) as run:
             async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
                 feed = pump.thread_feed(run.cancel, block=False)
-                out = SequenceOutput(model.llm, request, len(job.prompt), job.budget, feed.put, self._stats)
+                out = SequenceOutput(model.llm, request, job, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
                 seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
                 if not self._draw_kept(seq):

@@ -32,6 +32,7 @@ from raygate.backends.engines.llama_cpp.model import (
 from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.streams import Pump, ThreadFeed
+from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from raygate.protocol.generation import (
@@ -55,9 +56,16 @@ class LlamaCppEngine(LlamaModelEngine):
     (`rank`: llama.cpp's rank pooling, LLAMA_POOLING_TYPE_RANK)."""
 
     def __init__(
-        self, model_path: str, *, embedding: bool, engine_kwargs: dict[str, Any], rank: bool = False
+        self,
+        model_path: str,
+        *,
+        embedding: bool,
+        engine_kwargs: dict[str, Any],
+        rank: bool = False,
+        reasoning: ReasoningConfig | None = None,
     ) -> None:
         super().__init__()
+        self._reasoning = reasoning
         self._model_path = model_path
         self._embedding = embedding or rank
         self._rank = rank
@@ -79,7 +87,12 @@ class LlamaCppEngine(LlamaModelEngine):
         loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(
             self._executor,
-            lambda: LlamaModel.load(self._model_path, embedding=self._embedding, kwargs=self._kwargs),
+            lambda: LlamaModel.load(
+                self._model_path,
+                embedding=self._embedding,
+                kwargs=self._kwargs,
+                reasoning_config=self._reasoning,
+            ),
         )
         if self._embedding:
             import llama_cpp
@@ -136,7 +149,7 @@ class LlamaCppEngine(LlamaModelEngine):
         self, model: LlamaModel, request: GenerateRequest, job: Prepared, feed: ThreadFeed[Delta]
     ) -> None:
         llm, sampling, cancel = model.llm, request.sampling, feed.cancel
-        seq = SequenceOutput(llm, request, len(job.prompt), job.budget, feed.put, self._stats)
+        seq = SequenceOutput(llm, request, job, feed.put, self._stats)
         if sampling.prompt_logprobs is not None:
             seq.builder.prompt_logprobs = logprobs.eval_prompt_with_logprobs(
                 llm, job.prompt, sampling.prompt_logprobs, self._stats

@@ -14,11 +14,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from raygate.backends.engines import tool_calls
+from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
 from raygate.backends.engines.cpu_cores import usable_cores
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp.options import check_llama_options
+from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,
@@ -116,24 +117,33 @@ def kv_cache_type(key: str, value: Any) -> int:
 
 @dataclass(slots=True)
 class Prepared:
-    """A generation request ready for decoding: its prompt ids, its completion budget, and its
-    sampler (which the decoder closes when the sequence ends)."""
+    """A generation request ready for decoding: its prompt ids, its completion budget, its
+    sampler (which the decoder closes when the sequence ends), and a reasoning model's thinking."""
 
     prompt: list[int]
     budget: int
     sampler: sampling_lib.TokenSampler
+    thinking: reasoning.ThinkingPlan | None = None
 
 
 class LlamaModel:
     """A `Llama` object (tokenizer, vocabulary, chat template; its own context serves the
     one-sequence engine) and the request-side work on it."""
 
-    def __init__(self, llm: Any, formatter: Any) -> None:
+    def __init__(self, llm: Any, formatter: Any, thinks: reasoning.ReasoningFormat | None = None) -> None:
         self.llm = llm
         self._formatter = formatter
+        self.reasoning = thinks
 
     @classmethod
-    def load(cls, model_path: str, *, embedding: bool, kwargs: dict[str, Any]) -> LlamaModel:
+    def load(
+        cls,
+        model_path: str,
+        *,
+        embedding: bool,
+        kwargs: dict[str, Any],
+        reasoning_config: ReasoningConfig | None = None,
+    ) -> LlamaModel:
         """Blocking (seconds): run it on the thread that will own the context."""
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -152,13 +162,33 @@ class LlamaModel:
                 eos_token=model.token_get_text(llm.token_eos()),
                 bos_token=model.token_get_text(llm.token_bos()),
             )
-        return cls(llm, formatter)
+        return cls(llm, formatter, reasoning.resolve(reasoning_config, template))
 
     # -- prompts ------------------------------------------------------------------------------
 
     def render_chat(
-        self, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
+        self,
+        messages: list[ChatMessage],
+        tools: ToolsSpec | None,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
+        text, added_special = self.render_chat_text(messages, tools, add_generation_prompt, template_kwargs)
+        return self.tokenize_prompt(text, added_special)
+
+    def tokenize_prompt(self, text: str, added_special: bool) -> list[int]:
+        return list(self.llm.tokenize(text.encode(), add_bos=not added_special, special=True))
+
+    def render_chat_text(
+        self,
+        messages: list[ChatMessage],
+        tools: ToolsSpec | None,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, bool]:
+        """The rendered prompt, and whether the template wrote the special tokens itself.
+        `template_kwargs`: extra template variables (`enable_thinking`, vLLM's
+        `chat_template_kwargs`)."""
         if self._formatter is None:
             raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
         formatter = self._formatter
@@ -172,17 +202,44 @@ class LlamaModel:
                 add_generation_prompt=False,
             )
         try:
-            rendered = formatter(messages=tool_calls.render_messages(messages, tools))
+            rendered = formatter(
+                messages=tool_calls.render_messages(messages, tools), **(template_kwargs or {})
+            )
         except Exception as exc:
             raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
-        return list(
-            self.llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
-        )
+        return rendered.prompt, bool(rendered.added_special)
 
     def prompt_tokens(self, request: GenerateRequest) -> list[int]:
         """Blocking: tokenizers and Jinja templates are CPU work."""
+        return self.prompt_and_thinking(request)[0]
+
+    def prompt_and_thinking(
+        self, request: GenerateRequest
+    ) -> tuple[list[int], reasoning.ThinkingPlan | None]:
+        """The prompt's tokens, and for a chat with a reasoning model, its thinking: where the
+        prompt leaves it (thinking switched off is closed here when the template cannot), the
+        budget, and the end marker's tokens."""
         if request.messages is not None:
-            return self.render_chat(request.messages, request.tools)
+            text, special = self.render_chat_text(
+                request.messages, request.tools, template_kwargs=request.chat_template_kwargs()
+            )
+            thinks = self.reasoning
+            if thinks is None:
+                return self.tokenize_prompt(text, special), None
+            if request.thinking is False:
+                text += reasoning.closing_text(text)
+            end = list(self.llm.tokenize(reasoning.END.encode(), add_bos=False, special=True))
+            plan = reasoning.ThinkingPlan(
+                thinks.parser,
+                reasoning.prompt_state(text),
+                thinks.budget_for(request.thinking_budget),
+                end,
+                request.include_reasoning,
+            )
+            return self.tokenize_prompt(text, special), plan
+        return self._plain_prompt(request), None
+
+    def _plain_prompt(self, request: GenerateRequest) -> list[int]:
         if isinstance(request.prompt, list):
             check_token_ids(request.prompt, self.llm.n_vocab(), "prompt")
             if request.suffix is not None:
@@ -228,14 +285,14 @@ class LlamaModel:
         return await asyncio.to_thread(self._prepare, request, context_length)
 
     def _prepare(self, request: GenerateRequest, context_length: int) -> Prepared:
-        tokens = self.prompt_tokens(request)
+        tokens, thinking = self.prompt_and_thinking(request)
         tokens = truncate_prompt(tokens, request.sampling.truncate_prompt_tokens, context_length)
         budget = completion_budget(request, len(tokens), context_length)
         seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
         sampler = sampling_lib.build_sampler(
             self.llm, request.sampling, request.tools, seed, tokens, context_length
         )
-        return Prepared(tokens, budget, sampler)
+        return Prepared(tokens, budget, sampler, thinking)
 
     # -- tokenizer endpoints ------------------------------------------------------------------
 
@@ -243,7 +300,13 @@ class LlamaModel:
         """Blocking. vLLM's `/tokenize`: ids and the text of each."""
         llm = self.llm
         if request.messages is not None:
-            tokens = self.render_chat(request.messages, request.tools, request.add_generation_prompt)
+            switch = None if request.thinking is None else {"enable_thinking": request.thinking}
+            text, special = self.render_chat_text(
+                request.messages, request.tools, request.add_generation_prompt, switch
+            )
+            if self.reasoning is not None and request.thinking is False and request.add_generation_prompt:
+                text += reasoning.closing_text(text)
+            tokens = self.tokenize_prompt(text, special)
         else:
             add_bos = request.add_special_tokens and bool(llm._model.add_bos_token())
             tokens = llm.tokenize((request.prompt or "").encode(), add_bos=add_bos, special=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
@@ -135,12 +136,49 @@ class TokenSampler:
         self._cur: Any = None  # `_draw`'s candidate array, made on its first use
         if grammar is not None:
             self._one = (llama_cpp.llama_token_data * 1)()
+        # A reasoning model's thinking (backends/engines/reasoning.py): while it thinks the
+        # grammar sleeps and an end of generation becomes the end marker (`think`), until the
+        # answer begins (`arm`); a spent thinking budget forces the end marker (`force`).
+        self._dormant = False
+        self._thinking: tuple[list[int], Callable[[int], bool]] | None = None
+        self._forced: list[int] = []
+
+    def think(self, end_tokens: list[int], is_eog: Callable[[int], bool]) -> None:
+        """The sequence begins in thinking: the output constraint applies to the answer only, and
+        the model may not end its turn before it has answered: an end-of-generation token drawn
+        while thinking is replaced by the end marker (`end_tokens`)."""
+        self._dormant = self._grammar is not None
+        self._thinking = (end_tokens, is_eog)
+
+    def arm(self) -> None:
+        """The answer begins: from the next token on, the grammar constrains it."""
+        self._dormant = False
+        self._thinking = None
+
+    def force(self, tokens: list[int]) -> None:
+        """The next draws return these tokens, whatever the logits say (a thinking budget spent)."""
+        self._forced.extend(tokens)
 
     def sample(self, ctx: Any, row: int = -1, kept: np.ndarray | None = None) -> int:
         """`ctx`: the raw `llama_context` pointer. `kept`: logits to draw from instead of the
         row (a prompt's last position, kept by the prompt cache); left as they were."""
+        if self._forced:
+            token = self._forced.pop(0)
+            llama_cpp.llama_sampler_accept(self._chain.sampler, token)
+            if self._mask is not None:
+                self._history.append(token)
+            return token
+        token = self._next(ctx, row, kept)
+        if self._thinking is not None and self._thinking[1](token):
+            end = self._thinking[0]
+            self._forced = end[1:]
+            self._thinking = None  # once: the marker is on its way
+            return end[0]
+        return token
+
+    def _next(self, ctx: Any, row: int, kept: np.ndarray | None) -> int:
         logits = kept
-        if logits is None and (self._mask is not None or self._grammar is not None):
+        if logits is None and (self._mask is not None or self._grammar_on):
             ptr = llama_cpp.llama_get_logits_ith(ctx, row)
             logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         if logits is None:  # the common case: llama.cpp's chain reads the row itself
@@ -155,8 +193,12 @@ class TokenSampler:
         self._history.append(token)
         return token
 
+    @property
+    def _grammar_on(self) -> bool:
+        return self._grammar is not None and not self._dormant
+
     def _sample(self, logits: np.ndarray, ctx: Any, row: int, kept: bool) -> int:
-        if self._grammar is None:
+        if not self._grammar_on:
             if not kept:  # the row, masked in place
                 return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
             token = self._draw(logits, masked=False)

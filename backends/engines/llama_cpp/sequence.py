@@ -19,6 +19,8 @@ from raygate.backends.engines import tool_calls
 from raygate.backends.engines.base import EngineStats
 from raygate.backends.engines.deltas import DeltaBuilder
 from raygate.backends.engines.llama_cpp import logprobs
+from raygate.backends.engines.llama_cpp.model import Prepared
+from raygate.backends.engines.llama_cpp.sampling import TokenSampler
 from raygate.backends.engines.text_stream import StopMatcher, Utf8Stream
 from raygate.protocol.generation import Delta, FinishReason, GenerateRequest
 
@@ -30,12 +32,13 @@ class SequenceOutput:
         self,
         llm: Any,
         request: GenerateRequest,
-        n_prompt: int,
-        budget: int,
+        job: Prepared,
         emit: Callable[[Delta], None],
         stats: EngineStats,
     ) -> None:
+        """`job`: the prepared request; a reasoning model's thinking steers its sampler (`_think`)."""
         self._llm = llm
+        n_prompt, budget = len(job.prompt), job.budget
         self._top = request.sampling.logprobs
         self._budget = budget
         self._emit = emit
@@ -47,7 +50,12 @@ class SequenceOutput:
         self._keep_stop_token = sampling.include_stop_str_in_output
         self._special = not sampling.skip_special_tokens
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
-        self.builder = DeltaBuilder(n_prompt, parser)
+        self.builder = DeltaBuilder(n_prompt, parser, job.thinking)
+        self._sampler = job.sampler if self.builder.splitter is not None else None
+        self._forced_end = False
+        self._in_thought = False  # the sampler was told the sequence thinks
+        if self._sampler is not None:
+            self._think(self._sampler)
 
     def push(self, token: int, ctx: Any, row: int, kept: np.ndarray | None = None) -> bool:
         """Take a sampled `token` (drawn from batch index `row` of `ctx`, the raw context pointer,
@@ -77,7 +85,29 @@ class SequenceOutput:
         delta = out.delta(text)
         if delta is not None:
             self._emit(delta)
+        if self._sampler is not None:
+            self._think(self._sampler)
         return False
+
+    def _think(self, sampler: TokenSampler) -> None:
+        """After each token of a reasoning model: once the answer has begun, the output constraint
+        applies; while it thinks, a spent budget forces the end marker (llama-server's
+        `--reasoning-budget`), so the answer begins with the next token."""
+        splitter, plan = self.builder.splitter, self.builder.thinking
+        assert splitter is not None and plan is not None
+        if splitter.state == "answer":
+            sampler.arm()
+            self._sampler = None
+            return
+        if splitter.state != "thinking":
+            return  # `before` (qwen3): the output may still open `<think>`, or answer at once
+        if not self._in_thought:
+            vocab = self._llm._model.vocab
+            sampler.think(plan.end_tokens, lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)))
+            self._in_thought = True
+        if plan.budget is not None and not self._forced_end and self.builder.reasoning_tokens >= plan.budget:
+            sampler.force(plan.end_tokens)
+            self._forced_end = True
 
     def finish(self, reason: FinishReason) -> None:
         """End before the budget: end of generation, or `abort` (the cancel flag)."""

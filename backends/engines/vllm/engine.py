@@ -34,6 +34,8 @@ from raygate.backends.engines.base import (
     loaded,
     truncate_prompt,
 )
+from raygate.backends.engines.reasoning import ReasoningFormat, closing_text
+from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.support import (
     CoreCounters,
@@ -43,13 +45,14 @@ from raygate.backends.engines.vllm.support import (
 )
 from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
-    chat_ids,
+    chat_text,
     embed_ids,
     error_param,
     generate_params,
     pair_inputs,
     prompt_ids,
 )
+from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import (
     BadRequestError,
@@ -86,8 +89,11 @@ class VllmEngine(Engine):
         engine_kwargs: dict[str, Any],
         num_gpus: float = 0.0,
         rank: bool = False,
+        reasoning: ReasoningConfig | None = None,
     ) -> None:
         super().__init__(VllmEngineStats())
+        self._reasoning = reasoning
+        self._thinks: ReasoningFormat | None = None  # resolved against the chat template at start
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
@@ -123,6 +129,7 @@ class VllmEngine(Engine):
             AsyncLLM.from_engine_args, args, stat_loggers=[stat_logger_factory(self._counters)]
         )
         self._tokenizer = llm.get_tokenizer()
+        self._thinks = resolve_reasoning(self._reasoning, getattr(self._tokenizer, "chat_template", None))
         self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
         self._vocab = int(llm.model_config.get_vocab_size())
@@ -195,7 +202,13 @@ class VllmEngine(Engine):
     def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
         assert self._pieces is not None
         if request.messages is not None:
-            ids = chat_ids(self._tokenizer, request.messages, request.tools, request.add_generation_prompt)
+            switch = None if request.thinking is None else {"enable_thinking": request.thinking}
+            text = chat_text(
+                self._tokenizer, request.messages, request.tools, request.add_generation_prompt, switch
+            )
+            if self._thinks is not None and request.thinking is False and request.add_generation_prompt:
+                text += closing_text(text)
+            ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         else:
             ids = list(
                 self._tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens)
@@ -227,11 +240,13 @@ class VllmEngine(Engine):
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
         # Runs in a thread: tokenisers and Jinja templates are CPU work.
-        ids = await asyncio.to_thread(prompt_ids, self._tokenizer, request, self._vocab)
+        ids, thinking = await asyncio.to_thread(
+            prompt_ids, self._tokenizer, request, self._vocab, self._thinks
+        )
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
         params = generate_params(request, ids, self._context, self._vocab)
         assert self._pieces is not None
-        relay = DeltaRelay(ids, request, self._pieces)
+        relay = DeltaRelay(ids, request, self._pieces, thinking)
 
         rid = request.request_id
         with self._running(rid) as run:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygate.backends.engines import tool_calls
+from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget
 from raygate.backends.engines.deltas import DeltaBuilder
 from raygate.backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
@@ -31,23 +31,43 @@ from raygate.protocol.generation import (
 # ---- requests -> token ids (run in a thread: tokenisers and Jinja templates are CPU work) -------
 
 
-def prompt_ids(tokenizer: Any, request: GenerateRequest, vocab: int) -> list[int]:
+def prompt_ids(
+    tokenizer: Any, request: GenerateRequest, vocab: int, thinks: reasoning.ReasoningFormat | None = None
+) -> tuple[list[int], reasoning.ThinkingPlan | None]:
     """A generate request's prompt as token ids: chat turns through the template, token ids as
-    sent (checked against the vocabulary), or text."""
+    sent (checked against the vocabulary), or text; and for a chat with a reasoning model
+    (`thinks`), its thinking (as the llama.cpp engine's `LlamaModel.prompt_and_thinking`).
+
+    The thinking budget is not enforced here, and an output constraint (json_schema, a forced
+    tool call) would constrain the thinking too: such a request is answered with thinking off."""
     if request.messages is not None:
-        return chat_ids(tokenizer, request.messages, request.tools)
+        text = chat_text(tokenizer, request.messages, request.tools, True, request.chat_template_kwargs())
+        if thinks is None:
+            return list(tokenizer.encode(text, add_special_tokens=False)), None
+        if request.thinking is False or request.sampling.constrained or tool_calls.forced(request.tools):
+            text += reasoning.closing_text(text)
+        end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
+        plan = reasoning.ThinkingPlan(
+            thinks.parser, reasoning.prompt_state(text), None, end, request.include_reasoning
+        )
+        return list(tokenizer.encode(text, add_special_tokens=False)), plan
     if isinstance(request.prompt, list):
         check_token_ids(request.prompt, vocab, "prompt")
-        return list(request.prompt)
-    return list(tokenizer.encode(request.prompt or "", add_special_tokens=True))
+        return list(request.prompt), None
+    return list(tokenizer.encode(request.prompt or "", add_special_tokens=True)), None
 
 
-def chat_ids(
-    tokenizer: Any, messages: list[ChatMessage], tools: ToolsSpec | None, add_generation_prompt: bool = True
-) -> list[int]:
+def chat_text(
+    tokenizer: Any,
+    messages: list[ChatMessage],
+    tools: ToolsSpec | None,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """The model's own chat template over the turns as `tool_calls.render_messages` writes
     them (tools in the system turn, earlier calls and tool results as text), so follow-up
-    turns and tool results work with templates that know nothing of tools."""
+    turns and tool results work with templates that know nothing of tools. `template_kwargs`:
+    extra template variables (`enable_thinking`, vLLM's `chat_template_kwargs`)."""
     from jinja2 import TemplateError
 
     if not getattr(tokenizer, "chat_template", None):
@@ -57,11 +77,11 @@ def chat_ids(
             tool_calls.render_messages(messages, tools),
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
+            **(template_kwargs or {}),
         )
-    except (TemplateError, ValueError) as exc:  # the template's raise_exception(): bad turn order
+    except (TemplateError, ValueError, TypeError) as exc:  # raise_exception(): bad turn order
         raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
-    # The template writes the special tokens itself (as vLLM's chat endpoint does).
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return str(text)
 
 
 def embed_ids(
@@ -120,10 +140,16 @@ class DeltaRelay:
     `delta` then makes its `Delta` (two steps, so the engine counts the tokens before a failed
     finish reason raises)."""
 
-    def __init__(self, ids: list[int], request: GenerateRequest, pieces: TokenPieces) -> None:
+    def __init__(
+        self,
+        ids: list[int],
+        request: GenerateRequest,
+        pieces: TokenPieces,
+        thinking: reasoning.ThinkingPlan | None = None,
+    ) -> None:
         self._ids, self._sampling, self._pieces = ids, request.sampling, pieces
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
-        self._out = DeltaBuilder(len(ids), parser)
+        self._out = DeltaBuilder(len(ids), parser, thinking)
 
     def read(self, result: Any) -> int:
         out, sampling, pieces = self._out, self._sampling, self._pieces

@@ -490,7 +490,7 @@ def assert_error(r: httpx.Response, status: int, param: str | None = None) -> di
             "input[0].content[0]",
             "input_image",
         ),
-        ({"input": [{"type": "reasoning", "summary": []}]}, 400, "input[0]", "reasoning"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input[0]", "item_reference"),
         ({"input": "x", "metadata": {str(i): "v" for i in range(17)}}, 400, "metadata", None),
         ({"input": "x", "text": {"format": {"type": "json_schema"}}}, 400, "text.format", None),
     ],

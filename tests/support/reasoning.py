@@ -1,0 +1,54 @@
+"""`tiny-reasoner`, the reasoning model the reasoning tests serve: `models/build_reasoning_model.py`
+builds it once per machine (the shipped SmolLM2 with `<think>` marker tokens and a Qwen3-style
+template that opens the thinking); this runs the script (a cache hit prints the path at once)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tests.support.gateway import REPO
+
+MODEL = "tiny-reasoner"
+
+
+def _build(*args: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "models" / "build_reasoning_model.py"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return out.stdout.strip().splitlines()
+
+
+@cache
+def tiny_reasoner() -> str:
+    """The GGUF's path, built if missing."""
+    path = _build()[-1]
+    assert Path(path).is_file()
+    return path
+
+
+@cache
+def tiny_reasoner_hf() -> str:
+    """The Hugging Face folder vLLM serves, built if missing (needs `make vllm-setup`)."""
+    folder = _build("--hf")[-2]
+    assert (Path(folder) / "config.json").is_file()
+    return folder
+
+
+def reasoner_spec(**kw: Any) -> dict[str, Any]:
+    """A deployment of it, with no default budget (tests set their own per request)."""
+    spec = {
+        "name": MODEL,
+        "source": {"path": tiny_reasoner()},
+        "num_cpus": 0.25,
+        "engine": {"n_ctx": 1024, "n_threads": 1},
+        "reasoning": {"parser": "auto"},
+    }
+    return {**spec, **kw}
