@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
 from raygate.backends.cluster.stores.response_db import StoreLimits
 from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
 from raygate.server.access.auth import KeyStore
@@ -25,9 +26,11 @@ from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
 from raygate.server.routes import (
     admin,
+    batches,
     chat,
     completions,
     embeddings,
+    files,
     messages,
     models,
     ops,
@@ -38,6 +41,7 @@ from raygate.server.routes import (
     xinference,
 )
 from raygate.server.serving.admission import Admission, ModelGate
+from raygate.server.serving.batch_runner import BatchRunner
 from raygate.server.settings import Settings, builtin_specs, load_config, seed_specs
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
@@ -72,6 +76,9 @@ def build_app(settings: Settings) -> FastAPI:
         limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
         return connect_response_store(settings.state_dir, limits, settings.state_resource)
 
+    def batch_store() -> Any:
+        return connect_batch_store(settings.state_dir, settings.batch_window_s, settings.state_resource)
+
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
 
@@ -81,6 +88,7 @@ def build_app(settings: Settings) -> FastAPI:
         cluster = ControllerClient(controller, on_lost=_stop_this_process)
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None
+        runner: BatchRunner | None = None
         try:
             info = await cluster.start()
             _log_origin(info, settings)
@@ -90,6 +98,22 @@ def build_app(settings: Settings) -> FastAPI:
             app.state.cluster = cluster
             app.state.responses = ResponseStoreClient(response_store)
             _log_store(await app.state.responses.start(), settings)
+            app.state.batches = BatchStoreClient(batch_store)
+            log.info(
+                "files and batches in %s", (await app.state.batches.start())["path"] or "the store's memory"
+            )
+            if settings.batch_max_running > 0:
+                runner = app.state.batch_runner = BatchRunner(
+                    app,
+                    app.state.batches,
+                    keys=keys,
+                    admission=admission,
+                    lifecycle=lifecycle,
+                    metrics=metrics,
+                    max_running=settings.batch_max_running,
+                    lease_s=settings.batch_lease_s,
+                )
+                runner.start()
             for router in cluster.routers():  # gauges read 0, not "absent", before any traffic
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
@@ -98,6 +122,8 @@ def build_app(settings: Settings) -> FastAPI:
             log.info("web console at http://%s:%d/ui", settings.host, settings.port)
             yield
         finally:
+            if runner is not None:  # hands its unfinished lines back to the batch store
+                await runner.stop()
             if sampler is not None:  # the console's charts (server/observability/metrics_history.py)
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -132,6 +158,8 @@ def build_app(settings: Settings) -> FastAPI:
         ops,
         tokenize,
         responses,
+        files,
+        batches,
         ui,
     ):
         app.include_router(module.router)
@@ -141,6 +169,7 @@ def build_app(settings: Settings) -> FastAPI:
         metrics=metrics,
         lifecycle=lifecycle,
         max_body_bytes=settings.max_body_bytes,
+        max_upload_bytes=settings.files_max_bytes,
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(

@@ -43,6 +43,10 @@ class KeyEntry(StrictModel):
     )
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
+    priority: int | None = Field(
+        None,
+        description="Admission priority of the key's requests that set none (vLLM's: lower first; 0).",
+    )
 
 
 class KeysFile(StrictModel):
@@ -81,6 +85,7 @@ class ApiKey:
     digest: bytes
     models: frozenset[str] | None
     bucket: TokenBucket | None
+    priority: int | None = None
 
     def allows(self, model_ids: list[str]) -> bool:
         return self.models is None or any(m in self.models for m in model_ids)
@@ -115,6 +120,7 @@ def _entry_to_key(entry: KeyEntry) -> ApiKey:
         bucket=None
         if rpm is None
         else TokenBucket(rate=rpm / 60, capacity=max(1.0, rpm), tokens=max(1.0, rpm)),
+        priority=entry.priority,
     )
 
 
@@ -148,7 +154,9 @@ class KeyStore:
         entries = []
         for i, k in enumerate(key for key in keys if key):
             try:
-                entries.append(KeyEntry(key=k, name=None, models=None, requests_per_minute=None))
+                entries.append(
+                    KeyEntry(key=k, name=None, models=None, requests_per_minute=None, priority=None)
+                )
             except ValidationError:
                 # pydantic's message quotes the input: say what is wrong, never the key itself.
                 raise ConfigError(
@@ -163,12 +171,18 @@ class KeyStore:
             and len(admin_key) >= MIN_KEY_CHARS
             and all(e.key != admin_key for e in entries)
         ):
-            entries.append(KeyEntry(key=admin_key, name="admin", models=None, requests_per_minute=None))
+            entries.append(
+                KeyEntry(key=admin_key, name="admin", models=None, requests_per_minute=None, priority=None)
+            )
         return cls(entries)
 
     @property
     def enabled(self) -> bool:
         return bool(self._keys)
+
+    def by_owner(self, owner: str) -> ApiKey | None:
+        """The key whose digest (hex) owns stored objects (a batch runs with its owner's key)."""
+        return next((k for k in self._keys if k.digest.hex() == owner), None)
 
     def _lookup(self, presented: str) -> ApiKey | None:
         digest = _digest(presented)

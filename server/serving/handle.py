@@ -184,8 +184,11 @@ def open_model(request: Request, router: ModelRouter) -> ModelHandle:
     admission: Admission = state.admission
     metrics: GatewayMetrics = state.metrics
     gate = admission.gate(router.config.name, router.config.limits)
+    priority = ctx.priority
+    if priority is None:
+        priority = ctx.key.priority if ctx.key is not None and ctx.key.priority is not None else 0
     try:
-        ticket = gate.enter()
+        ticket = gate.enter(priority, batch=ctx.batch)
     except RateLimitError:
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
