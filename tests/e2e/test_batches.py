@@ -98,7 +98,11 @@ def test_a_server_error_is_retried_once_then_kept_in_the_error_file(ops_gateway:
         assert error["status_code"] == 500 and error["body"]["error"]["type"] == "server_error"
     after = metric(scrape(ops_gateway.url), "raygate:batch_lines_total", outcome="retried") or 0
     assert after >= before + 1
-    assert (metric(scrape(ops_gateway.url), "raygate:batches", status="completed") or 0) >= 1
+    # The gauge of batches by status follows the store within a few seconds.
+    wait_for(
+        lambda: (metric(scrape(ops_gateway.url), "raygate:batches", status="completed") or 0) >= 1,
+        what="the batches gauge",
+    )
 
 
 @pytest.fixture
@@ -156,6 +160,7 @@ def test_limits_quota_and_a_gateway_restart_mid_batch(restart_args: list[str], t
                 interval=0.2,
                 what="two finished lines",
             )
+            assert completed(client, batch.id) < n, "the batch ended before the restart: make it longer"
     finally:
         # SIGKILL: no drain, no hand-back; the claims lapse with their lease.
         os.kill(gw.proc.pid, signal.SIGKILL)
