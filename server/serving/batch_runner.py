@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message
 
 from raygate.backends.cluster.stores.batch_db import ClaimedLine, LineResult
 from raygate.backends.cluster.stores.batches import BatchStoreClient
-from raygate.protocol.errors import AuthenticationError, OpenAIError
+from raygate.protocol.errors import AuthenticationError, EngineError, OpenAIError
 from raygate.server.access.auth import KeyStore
 from raygate.server.context import BATCH_SCOPE_KEY
 from raygate.server.observability.metrics import GatewayMetrics
@@ -79,7 +79,7 @@ class BatchRunner:
         self._max_running = max_running
         self._lease_s = lease_s
         self.id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], tuple[str, int]] = {}  # task -> (batch id, line)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -117,7 +117,7 @@ class BatchRunner:
                     await self._observe()
                     last_tick = now
                 if self._running and now - last_renew >= self._lease_s / 3:
-                    await self._store.renew(self.id, self._lease_s)
+                    await self._store.renew(self.id, list(self._running.values()), self._lease_s)
                     last_renew = now
                 claimed = await self._claim()
             except asyncio.CancelledError:
@@ -135,12 +135,12 @@ class BatchRunner:
         lines = await self._store.claim(self.id, free, self._lease_s)
         for line in lines:
             task = asyncio.create_task(self._run(line), name=f"batch-line-{line.batch_id}-{line.index}")
-            self._running.add(task)
+            self._running[task] = (line.batch_id, line.index)
             task.add_done_callback(self._done)
         return len(lines)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
+        self._running.pop(task, None)
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("batch line failed", exc_info=task.exception())
@@ -157,7 +157,14 @@ class BatchRunner:
             self._metrics.batches.set({"status": status}, count)
 
     async def _run(self, line: ClaimedLine) -> None:
-        result = await self._execute(line)
+        try:
+            result = await self._execute(line)
+        except Exception as exc:  # a bug here must not leave the line claimed (and renewed) forever
+            log.exception("batch %s line %d failed in the runner", line.batch_id, line.index)
+            failed = EngineError(
+                f"The batch line could not be run: {type(exc).__name__}.", code="batch_runner"
+            )
+            result = LineResult(failed.status_code, "-", error_body(failed))
         if result is None:  # stopped mid-line: handed back to the store by `stop`
             return
         outcome = await self._store.finish(self.id, line.batch_id, line.index, result)
@@ -180,7 +187,7 @@ class BatchRunner:
         body = dict(line.body)
         if line.url in _STREAMING:
             body["stream"] = False
-        raw = json.dumps(body, ensure_ascii=False).encode()
+        raw = json.dumps(body).encode()  # ASCII: a lone surrogate reaches the route's own check
         unread = [raw]
         status = 500
         chunks: list[bytes] = []

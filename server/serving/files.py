@@ -17,10 +17,12 @@ from raygate.backends.cluster.stores.batches import BatchStoreClient
 from raygate.protocol.batches import parse_batch_lines
 from raygate.protocol.errors import BadRequestError, PayloadTooLargeError
 from raygate.protocol.files import UPLOAD_PURPOSES, FileDeleted, FileList, NoSuchFileError, OpenAIFile
+from raygate.protocol.text import printable
 from raygate.server.serving.stored_responses import owner_of
 from raygate.server.settings import Settings
 
 MAX_LIST = 10_000
+MAX_FILENAME = 256
 # How many of a bad file's lines the 400 names.
 MAX_REPORTED_LINES = 3
 
@@ -56,7 +58,11 @@ async def upload(request: Request, file: UploadFile, purpose: str) -> OpenAIFile
         more = f" (and {len(errors) - MAX_REPORTED_LINES} more)" if len(errors) > MAX_REPORTED_LINES else ""
         raise BadRequestError(f"Invalid batch file: {named}{more}", param="file", code="invalid_batch_file")
     return await batch_store(request).put_file(
-        owner_of(request), file.filename or "upload.jsonl", purpose, content, settings.files_quota_bytes
+        owner_of(request),
+        printable(file.filename or "upload.jsonl")[:MAX_FILENAME],
+        purpose,
+        content,
+        settings.files_quota_bytes,
     )
 
 

@@ -139,7 +139,7 @@ def test_a_lapsed_lease_is_claimed_again_and_the_old_runner_result_dropped(db: B
     assert [line.index for line in retaken] == [0]
     assert db.finish("gone", batch_id, 0, ok(0), now=T0 + 32) == "dropped"
     assert db.finish("alive", batch_id, 0, ok(0), now=T0 + 32) == "recorded"
-    assert db.renew("alive", 30, now=T0 + 40) == 1  # line 1 is still running
+    assert db.renew("alive", [(batch_id, 1), (batch_id, 0)], 30, now=T0 + 40) == 1  # 0 is done
     assert db.claim("other", 10, 30, now=T0 + 65) == []
     assert db.finish("alive", batch_id, 1, ok(1), now=T0 + 66) == "recorded"
     batch = db.get_batch(batch_id, "alice")

@@ -260,10 +260,7 @@ class BatchDB:
                 self._db.executemany(
                     "INSERT INTO lines (batch_id, idx, custom_id, request, state) "
                     "VALUES (?, ?, ?, ?, 'pending')",
-                    (
-                        (batch.id, i, line.custom_id, json.dumps(line.body, ensure_ascii=False))
-                        for i, line in enumerate(lines)
-                    ),
+                    ((batch.id, i, line.custom_id, json.dumps(line.body)) for i, line in enumerate(lines)),
                 )
         batch.request_counts = BatchRequestCounts(total=len(lines) if not errors else 0)
         return batch
@@ -332,15 +329,22 @@ class BatchDB:
             ClaimedLine(r[0], r[1], r[2], r[3], json.loads(r[5])["endpoint"], json.loads(r[4])) for r in rows
         ]
 
-    def renew(self, runner: str, lease_s: float, now: float | None = None) -> int:
-        """Extend the leases `runner` holds (it is alive and still running them)."""
+    def renew(
+        self, runner: str, lines: list[tuple[str, int]], lease_s: float, now: float | None = None
+    ) -> int:
+        """Extend `runner`'s leases on `lines` (`(batch_id, index)`: the ones it is still running;
+        a line it lost track of lapses)."""
         now = time.time() if now is None else now
+        renewed = 0
         with Transaction(self._db):
-            cur = self._db.execute(
-                "UPDATE lines SET lease_until = ? WHERE state = 'claimed' AND claimer = ?",
-                (now + lease_s, runner),
-            )
-        return cur.rowcount
+            for batch_id, index in lines:
+                cur = self._db.execute(
+                    "UPDATE lines SET lease_until = ? "
+                    "WHERE batch_id = ? AND idx = ? AND state = 'claimed' AND claimer = ?",
+                    (now + lease_s, batch_id, index, runner),
+                )
+                renewed += cur.rowcount
+        return renewed
 
     def release(self, runner: str) -> int:
         """Hand back `runner`'s unfinished lines at once (a gateway that stops cleanly)."""
@@ -410,10 +414,8 @@ class BatchDB:
 
     def status_counts(self) -> dict[str, int]:
         """Batches by status, every status present (zero when none)."""
-        counts: dict[str, int] = dict.fromkeys(BATCH_STATUSES, 0)
-        for status, count in self._db.execute("SELECT status, COUNT(*) FROM batches GROUP BY status"):
-            counts[status] = count
-        return counts
+        rows = self._db.execute("SELECT status, COUNT(*) FROM batches GROUP BY status")
+        return {**dict.fromkeys(BATCH_STATUSES, 0), **dict(rows.fetchall())}
 
     def pending_lines(self) -> int:
         """Lines of running batches not finished yet (what the runners still have to do)."""

@@ -135,8 +135,8 @@ class BatchStoreClient(StoreActorClient):
         lines: list[ClaimedLine] = await self._db("claim", runner, limit, lease_s)
         return lines
 
-    async def renew(self, runner: str, lease_s: float) -> None:
-        await self._db("renew", runner, lease_s)
+    async def renew(self, runner: str, lines: list[tuple[str, int]], lease_s: float) -> None:
+        await self._db("renew", runner, lines, lease_s)
 
     async def release(self, runner: str) -> None:
         await self._db("release", runner)
