@@ -1,4 +1,5 @@
-"""`raygate deploy | scale | undeploy | list | chat`: clients of a running gateway's HTTP API.
+"""`raygate deploy | scale | undeploy | list | chat` (and `batch`: `batches.py`): clients of a
+running gateway's HTTP API.
 
 They speak only HTTP (the `/admin` API and `/v1/chat/completions`), so they work from any machine
 that can reach the gateway: `--url` or RAYGATE_URL. Operations that take time (loading a model)
@@ -18,6 +19,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from raygate.client.batches import add_batch_commands, run_batch
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_SECONDS = 0.5
@@ -101,6 +104,8 @@ def add_client_commands(sub: Any) -> None:
     listing = sub.add_parser("list", parents=[common], help="list deployments and their replicas")
     listing.add_argument("--json", action="store_true", help="print the raw JSON")
 
+    add_batch_commands(sub)
+
     chat = sub.add_parser("chat", parents=[common], help="stream a chat answer to the terminal")
     chat.add_argument("model")
     chat.add_argument("prompt")
@@ -121,6 +126,8 @@ def add_client_commands(sub: Any) -> None:
 
 
 def run_client(args: argparse.Namespace) -> int:
+    if args.command == "batch":
+        return run_batch(args)
     commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
     headers = {"Authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
     try:

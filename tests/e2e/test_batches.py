@@ -6,6 +6,7 @@ restart mid-batch (no line twice, none lost) on a gateway of their own with a st
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -15,13 +16,15 @@ import httpx
 import openai
 import pytest
 
-from tests.support.admin import SMOLLM
+from tests.support.admin import SMOLLM, raygate
 from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.models import EMBED_MODEL
 from tests.support.ops import ADMIN_KEY, SMOLLM_KEY, metric, scrape, wait_for
 from tests.support.release import release_namespace
 from tests.support.suites.batches import (  # noqa: F401
     chat_line,
     jsonl,
+    line,
     results,
     submit,
     test_bad_files_are_refused_naming_the_line,
@@ -187,3 +190,39 @@ def _none() -> object:
         completed = 0
 
     return Zero()
+
+
+def test_cli_submits_follows_lists_and_fetches_results(gateway: GatewayProcess, tmp_path: Path) -> None:
+    lines = [line(f"e-{i}", "/v1/embeddings", {"model": EMBED_MODEL, "input": f"text {i}"}) for i in range(3)]
+    lines.append(line("bad", "/v1/embeddings", {"model": EMBED_MODEL, "input": ""}))
+    source = tmp_path / "embed.jsonl"
+    source.write_bytes(jsonl(lines))
+    submitted = raygate(
+        "batch",
+        "submit",
+        str(source),
+        "--endpoint",
+        "/v1/embeddings",
+        "--wait",
+        "--metadata",
+        "run=cli",
+        url=gateway.url,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    batch = json.loads(submitted.stdout)
+    assert batch["status"] == "completed" and batch["metadata"] == {"run": "cli"}
+    assert batch["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+    assert "4/4 done (1 failed) completed" in submitted.stderr  # the progress bar's last line
+
+    listed = raygate("batch", "list", url=gateway.url)
+    assert listed.returncode == 0 and batch["id"] in listed.stdout, listed.stderr
+    out = raygate("batch", "results", batch["id"], url=gateway.url)
+    assert out.returncode == 0, out.stderr
+    assert sorted(json.loads(r)["custom_id"] for r in out.stdout.splitlines()) == ["e-0", "e-1", "e-2"]
+    errors = raygate("batch", "results", batch["id"], "--errors", url=gateway.url)
+    (bad,) = [json.loads(r) for r in errors.stdout.splitlines()]
+    assert bad["custom_id"] == "bad" and bad["response"]["status_code"] == 400
+    cancelled = raygate("batch", "cancel", batch["id"], url=gateway.url)
+    assert cancelled.returncode == 1 and "400" in cancelled.stderr  # it has ended
+    missing = raygate("batch", "status", "batch_nope", url=gateway.url)
+    assert missing.returncode == 1 and "404" in missing.stderr
