@@ -10,6 +10,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -106,6 +107,30 @@ def test_a_server_error_is_retried_once_then_kept_in_the_error_file(ops_gateway:
         lambda: (metric(scrape(ops_gateway.url), "raygate:batches", status="completed") or 0) >= 1,
         what="the batches gauge",
     )
+
+
+def test_batch_lines_never_take_the_queue_from_interactive_requests(ops_gateway: GatewayProcess) -> None:
+    """`synth-queue` runs 2 requests and queues 2 more, then answers 429. A batch on it has 4 lines
+    out at a time (the runner's default): 2 running, 2 waiting in a class below interactive
+    traffic, which neither fills the queue clients need nor starts before them. So interactive
+    requests sent while the batch runs are served, not refused."""
+    with sdk(ops_gateway.url, ADMIN_KEY) as client:
+        lines = [chat_line(f"p-{i}", "hi", max_tokens=8, model="synth-queue") for i in range(40)]
+        batch = submit(client, lines, "/v1/chat/completions")
+        wait_for(lambda: completed(client, batch.id) >= 1, timeout=120, what="a first batch line")
+
+        def ask(_: int) -> str | None:
+            reply = client.chat.completions.create(
+                model="synth-queue", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+            )
+            return reply.choices[0].finish_reason
+
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(ask, range(2))) == ["length", "length"]
+        client.batches.cancel(batch.id)
+        done = wait_final(client, batch.id)
+        assert done.status in ("cancelled", "completed")
+        assert done.request_counts is not None and done.request_counts.failed == 0
 
 
 @pytest.fixture
