@@ -1,7 +1,8 @@
 """The Files and Batch APIs: the shared suite (tests/support/suites/batches.py) on the default
 llama.cpp gateway; per-key isolation, lines run with their owner's key, and the one retry of a
-server error on the operations gateway (keys, fault-injection models); quotas and a gateway
-restart mid-batch (no line twice, none lost) on a gateway of their own with a state directory."""
+server error on the operations gateway (keys, fault-injection models); quotas, a gateway
+restart mid-batch and the batch store actor's restart (no line twice, none lost) on a gateway of
+their own with a state directory."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import ray
 
+from raygate.backends.cluster.stores.batches import STORE_NAME
 from tests.support.admin import SMOLLM, raygate
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.models import EMBED_MODEL
@@ -196,6 +199,9 @@ def test_limits_quota_and_a_gateway_restart_mid_batch(restart_args: list[str], t
     gw = start_gateway(restart_args, tmp_path / "second.log")
     try:
         with sdk(gw.url, "unused") as client:
+            # The store actor dies too (as on a cluster node's loss): Ray restarts it, it reopens
+            # its file, and the runner's calls reach the new one.
+            ray.kill(ray.get_actor(STORE_NAME, namespace=RESTART_NAMESPACE), no_restart=False)
             done = wait_final(client, batch.id)
             assert done.status == "completed", done
             assert done.request_counts is not None

@@ -1,13 +1,17 @@
 """server/serving/admission.py's priority classes: vLLM's `priority` orders the waiting
 interactive requests (lower first, arrival breaks ties), and batch lines come after all of them,
-never start while an interactive request waits, and are never refused."""
+never start while an interactive request waits, and are never refused. A key's `priority` is
+its requests' default."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from raygate.protocol.config import ModelLimits
 from raygate.protocol.errors import RateLimitError
+from raygate.server.access.auth import KeyStore
 from raygate.server.serving.admission import ModelGate, Ticket
 
 
@@ -95,3 +99,14 @@ async def test_unbounded_model_starts_batch_lines_at_once() -> None:
     t = g.enter(batch=True)
     assert t.admitted.done()
     t.release()
+
+
+def test_a_keys_file_priority_is_the_keys_default_and_its_owner_is_found_by_digest(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text("keys:\n  - {name: bulk, key: sk-bulk-0123456789, priority: 10}\n")
+    store = KeyStore.from_settings(("sk-plain-0123456789",), keys_file)
+    bulk = store.authenticate(["Bearer sk-bulk-0123456789"])
+    plain = store.authenticate(["Bearer sk-plain-0123456789"])
+    assert (bulk.priority, plain.priority) == (10, None)
+    assert store.by_owner(bulk.digest.hex()) is bulk
+    assert store.by_owner("00" * 32) is None
