@@ -13,6 +13,7 @@ import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -25,6 +26,7 @@ from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.models import EMBED_MODEL
 from tests.support.ops import ADMIN_KEY, SMOLLM_KEY, metric, scrape, wait_for
 from tests.support.release import release_namespace
+from tests.support.replicas import replica_actors
 from tests.support.suites.batches import (  # noqa: F401
     chat_line,
     jsonl,
@@ -134,6 +136,42 @@ def test_batch_lines_never_take_the_queue_from_interactive_requests(ops_gateway:
         done = wait_final(client, batch.id)
         assert done.status in ("cancelled", "completed")
         assert done.request_counts is not None and done.request_counts.failed == 0
+
+
+def test_a_line_whose_replica_is_killed_runs_once_more(ops_gateway: GatewayProcess) -> None:
+    """`synth-batch-kill` (2 replicas, 20 tokens/s): the replica running a batch line is killed; the line
+    fails with 503 (the replica died holding it), runs once more on the other replica, and
+    completes."""
+    before = metric(scrape(ops_gateway.url), "raygate:batch_lines_total", outcome="retried") or 0
+    with sdk(ops_gateway.url, ADMIN_KEY) as client:
+        batch = submit(
+            client,
+            [chat_line("long", "hi", max_tokens=120, model="synth-batch-kill")],
+            "/v1/chat/completions",
+        )
+
+        def holder() -> Any:
+            actors = replica_actors("synth-batch-kill")
+            stats = ray.get([a.stats.remote() for a in actors])
+            for actor, st in zip(actors, stats, strict=True):
+                if any(i.startswith("batch_req_") for i in st.running_ids):
+                    return actor
+            return None
+
+        wait_for(lambda: holder() is not None, timeout=60, what="the line on a replica")
+        ray.kill(holder())
+        done = wait_final(client, batch.id)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (1, 0)
+        answer = results(client, done.output_file_id)["long"]["response"]
+        assert answer["status_code"] == 200 and answer["body"]["usage"]["completion_tokens"] == 120
+    after = metric(scrape(ops_gateway.url), "raygate:batch_lines_total", outcome="retried") or 0
+    assert after >= before + 1
+    wait_for(
+        lambda: metric(scrape(ops_gateway.url), "raygate:replicas_ready", model_name="synth-batch-kill") == 2,
+        timeout=60,
+        what="the replacement replica",
+    )
 
 
 @pytest.fixture
