@@ -5,6 +5,7 @@ bench/results/<date>.json, <date>.png and <date>.md (the Markdown tables, also o
     python -m bench --quick              # every step with tiny counts (a smoke run)
     python -m bench --only instant paced # some scenarios only
     python -m bench --only rerank        # the rerank row only (documents/s, bench/rerank.py)
+    python -m bench --only batches       # interactive TTFT with and without a batch (bench/batches.py)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import chart, plan, report, rerank
+from bench import batches, chart, plan, report, rerank
 from bench.run import run
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -28,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts: check that every step runs")
     parser.add_argument(
-        "--only", nargs="+", metavar="SCENARIO", choices=[s.name for s in plan.SCENARIOS] + ["rerank"]
+        "--only",
+        nargs="+",
+        metavar="SCENARIO",
+        choices=[s.name for s in plan.SCENARIOS] + ["rerank", "batches"],
     )
     parser.add_argument("--memory-requests", type=int, default=None, help="0 skips the memory run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <date>.json and .png")
@@ -44,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         memory = 0 if args.only else (200 if args.quick else plan.MEMORY_REQUESTS)
 
     with_rerank = not args.only or "rerank" in args.only
+    batch_row = None
+    if not args.only or "batches" in args.only:
+        batch_row = (
+            dict(batches.QUICK) if args.quick else {"lines": batches.LINES, "seconds": batches.SECONDS}
+        )
     with tempfile.TemporaryDirectory(prefix="raygate-bench-") as logs:
-        record = run(scenarios, Path(logs), memory, with_rerank)
+        record = run(scenarios, Path(logs), memory, with_rerank, batch_row)
     record["date"] = time.strftime("%Y-%m-%d", time.localtime(record["started"]))
     record["command"] = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
     rows = report.evaluate(record)
@@ -58,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = f"{report.markdown_targets(rows)}\n\n{report.markdown_runs(record)}\n"
     if record.get("rerank"):
         tables += f"\n{rerank.markdown(record['rerank'])}\n"
+    if record.get("batches"):
+        tables += f"\n{batches.markdown(record['batches'])}\n"
     (args.out / f"{stem}.md").write_text(f"# `{record['command']}`, {record['date']}\n\n{tables}")
     print(tables)
     try:  # last: the numbers are written whether or not a chart can be drawn

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench import forward, llama_server, plan, rerank, servers
+from bench import batches, forward, llama_server, plan, rerank, servers
 from bench.client import Runner, Workload, http_worker_factory, run_closed_loop
 from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
@@ -361,10 +361,15 @@ def machine() -> dict[str, Any]:
 
 
 async def run_plan(
-    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
+    scenarios: tuple[plan.Scenario, ...],
+    log_dir: Path,
+    memory_requests: int,
+    with_rerank: bool = False,
+    batch_row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`batch_row`: run bench/batches.py's row with these arguments (`lines`, `seconds`)."""
     needed = {SERVE if t in plan.SOLO_TARGETS else t for s in scenarios for t in s.targets}
-    needed |= {"L2"} if memory_requests or with_rerank else set()
+    needed |= {"L2"} if memory_requests or with_rerank or batch_row is not None else set()
     if "bare-joined" in needed:
         needed.add("bare")
     if needed & plan.MODEL_TARGETS.keys():
@@ -391,16 +396,22 @@ async def run_plan(
             record["memory"] = await run_memory(targets, memory_requests, plan.MEMORY_SAMPLE_EVERY)
         if with_rerank:
             record["rerank"] = await asyncio.to_thread(rerank.measure, targets.urls["L2"])
+        if batch_row is not None:
+            record["batches"] = await batches.measure(targets.urls["L2"], **batch_row)
     record["machine_after"] = machine()
     record["duration_s"] = time.time() - started
     return record
 
 
 def run(
-    scenarios: tuple[plan.Scenario, ...], log_dir: Path, memory_requests: int, with_rerank: bool = False
+    scenarios: tuple[plan.Scenario, ...],
+    log_dir: Path,
+    memory_requests: int,
+    with_rerank: bool = False,
+    batch_row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The client runs on uvloop, like the servers, so its own per-frame cost stays small."""
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run_plan(scenarios, log_dir, memory_requests, with_rerank))
+        return runner.run(run_plan(scenarios, log_dir, memory_requests, with_rerank, batch_row))

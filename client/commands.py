@@ -1,5 +1,5 @@
 """`raygate deploy | scale | undeploy | list | chat` (and `usage | keys | audit`,
-client/ledger_commands.py): clients of a running gateway's HTTP API.
+client/ledger_commands.py; `batch`, client/batches.py): clients of a running gateway's HTTP API.
 
 They speak only HTTP (the `/admin` API and `/v1/chat/completions`), so they work from any machine
 that can reach the gateway: `--url` or RAYGATE_URL. Operations that take time (loading a model)
@@ -21,6 +21,7 @@ import httpx
 import yaml
 
 from raygate.client import ledger_commands
+from raygate.client.batches import add_batch_commands, run_batch
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_SECONDS = 0.5
@@ -105,6 +106,8 @@ def add_client_commands(sub: Any) -> None:
     listing = sub.add_parser("list", parents=[common], help="list deployments and their replicas")
     listing.add_argument("--json", action="store_true", help="print the raw JSON")
 
+    add_batch_commands(sub)
+
     chat = sub.add_parser("chat", parents=[common], help="stream a chat answer to the terminal")
     chat.add_argument("model")
     chat.add_argument("prompt")
@@ -125,6 +128,8 @@ def add_client_commands(sub: Any) -> None:
 
 
 def run_client(args: argparse.Namespace) -> int:
+    if args.command == "batch":
+        return run_batch(args)
     commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
     for name in ("usage", "keys", "audit"):
         commands[name] = _ledger(getattr(ledger_commands, name))

@@ -88,6 +88,8 @@ class SamplingFields(SamplingExtensions):
     stream_options: StreamOptions | None = None
     user: str | None = None
     logit_bias: dict[str, float] | None = None
+    # vLLM's: admission order in the gateway (lower first); see server/serving/admission.py.
+    priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
 
     @field_validator("logit_bias")
     @classmethod

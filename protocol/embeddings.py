@@ -32,6 +32,8 @@ class EmbeddingRequest(RequestModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
+    # vLLM's: admission order in the gateway (lower first); see server/serving/admission.py.
+    priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
 
     @field_validator("input")
     @classmethod

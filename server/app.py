@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
 from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
 from raygate.backends.cluster.stores.ledger_db import database_problem
 from raygate.backends.cluster.stores.response_db import StoreLimits
@@ -31,9 +32,11 @@ from raygate.server.observability.metrics_history import MetricsHistory
 from raygate.server.observability.usage_metrics import KeyLabels
 from raygate.server.routes import (
     admin,
+    batches,
     chat,
     completions,
     embeddings,
+    files,
     ledger,
     messages,
     models,
@@ -46,6 +49,7 @@ from raygate.server.routes import (
     xinference,
 )
 from raygate.server.serving.admission import Admission, ModelGate
+from raygate.server.serving.batch_runner import BatchRunner
 from raygate.server.settings import ConfigError, Settings, builtin_specs, load_config, seed_specs
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
@@ -91,6 +95,9 @@ def build_app(settings: Settings) -> FastAPI:
     key_sync = KeySync(keys, ledger_client)
     budgets = Budgets(ledger_client)
 
+    def batch_store() -> Any:
+        return connect_batch_store(settings.state_dir, settings.batch_window_s, settings.state_resource)
+
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
 
@@ -101,6 +108,7 @@ def build_app(settings: Settings) -> FastAPI:
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None
         ledger_tasks: list[asyncio.Task[None]] = []
+        runner: BatchRunner | None = None
         try:
             info = await cluster.start()
             _log_origin(info, settings)
@@ -113,6 +121,22 @@ def build_app(settings: Settings) -> FastAPI:
             log.info("usage, API keys and audit log in %s", (await ledger_client.start())["where"])
             await key_sync.refresh()
             ledger_tasks = [asyncio.create_task(writer.run()), asyncio.create_task(key_sync.run())]
+            app.state.batches = BatchStoreClient(batch_store)
+            log.info(
+                "files and batches in %s", (await app.state.batches.start())["path"] or "the store's memory"
+            )
+            if settings.batch_max_running > 0:
+                runner = app.state.batch_runner = BatchRunner(
+                    app,
+                    app.state.batches,
+                    keys=keys,
+                    admission=admission,
+                    lifecycle=lifecycle,
+                    metrics=metrics,
+                    max_running=settings.batch_max_running,
+                    lease_s=settings.batch_lease_s,
+                )
+                runner.start()
             for router in cluster.routers():  # gauges read 0, not "absent", before any traffic
                 admission.gate(router.config.name, router.config.limits)
                 metrics.set_queue(router.config.name, 0, 0)
@@ -121,6 +145,8 @@ def build_app(settings: Settings) -> FastAPI:
             log.info("web console at http://%s:%d/ui", settings.host, settings.port)
             yield
         finally:
+            if runner is not None:  # hands its unfinished lines back to the batch store
+                await runner.stop()
             if sampler is not None:  # the console's charts (server/observability/metrics_history.py)
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -168,6 +194,8 @@ def build_app(settings: Settings) -> FastAPI:
         tokenize,
         responses,
         ollama,
+        files,
+        batches,
         ui,
     ):
         app.include_router(module.router)
@@ -180,6 +208,7 @@ def build_app(settings: Settings) -> FastAPI:
         budgets=budgets,
         audit=writer,
         admin_actor="admin" if settings.admin_key else "anonymous",
+        max_upload_bytes=settings.files_max_bytes,
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SCOPE_KEY = "raygate.context"
+# Set in the ASGI scope of a batch line's in-process request (server/serving/batch_runner.py): the
+# API key that owns the batch (an `ApiKey`, or None on an open gateway). Only code in the gateway's
+# process can put it there, never a client.
+BATCH_SCOPE_KEY = "raygate.batch_key"
 
 # The request id of the request the current task serves, for log records (server/observability/logs.py). A
 # context variable is per task, so concurrent requests never see each other's id.
@@ -42,6 +46,10 @@ class RequestContext:
     started: float  # loop time at arrival: timeouts and latencies count from here
     key: ApiKey | None = None
     model: str | None = None
+    # Admission's order (server/serving/admission.py): vLLM's `priority` (None: the key's default),
+    # and whether this is a batch line (the lowest class).
+    priority: int | None = None
+    batch: bool = False
     stop_error: OpenAIError | None = None
     # What an admin action acted on, when its path does not say (a deploy names its model in the body).
     audit_target: str | None = None

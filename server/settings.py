@@ -51,6 +51,11 @@ USAGE = Group(
     "(in memory without one) or PostgreSQL, shared by the gateways of a Ray namespace "
     "(docs/usage-and-budgets.md)",
 )
+BATCHES = Group(
+    "files and batches",
+    "the Files and Batch APIs keep uploads, batches and their results in SQLite under --state-dir "
+    "(in memory without one), shared by the gateways of a Ray namespace (docs/api/batches.md)",
+)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -283,6 +288,42 @@ class Settings:
         help="per-key token counters in /metrics name at most this many keys (the first seen); "
         "the rest count as key `other`",
         group=USAGE,
+    )
+    files_max_bytes: int = setting(
+        200 * 1024 * 1024,
+        env="RAYGATE_FILES_MAX_BYTES",
+        help="largest file POST /v1/files accepts (OpenAI's batch input limit); larger gets 413",
+        group=BATCHES,
+    )
+    files_quota_bytes: int = setting(
+        1 << 30,
+        env="RAYGATE_FILES_QUOTA_BYTES",
+        help="bytes of files one API key may keep (its uploads and its batches' results); an "
+        "upload past it gets 400 quota_exceeded",
+        group=BATCHES,
+    )
+    batch_max_running: int = setting(
+        4,
+        env="RAYGATE_BATCH_MAX_RUNNING",
+        help="batch lines this gateway runs at once (all models); 0 runs none here. Lines also "
+        "wait while interactive requests wait for the same model",
+        group=BATCHES,
+    )
+    batch_lease_s: float = setting(
+        30.0,
+        env="RAYGATE_BATCH_LEASE",
+        flag="--batch-lease",
+        help="seconds a gateway's claim on a batch line lasts unless renewed: after a gateway "
+        "dies, its lines run elsewhere (or after its restart) this long later",
+        group=BATCHES,
+    )
+    batch_window_s: float = setting(
+        24 * 3600.0,
+        env="RAYGATE_BATCH_WINDOW",
+        flag="--batch-window",
+        help="seconds a batch (completion_window 24h) may run; then it expires, keeping what finished",
+        shown_default="24 h",
+        group=BATCHES,
     )
 
 

@@ -51,6 +51,10 @@ class KeyEntry(StrictModel):
     models: list[str] | None = Field(None, description="Model ids this key may use (default: all).")
     requests_per_minute: float | None = Field(None, gt=0, description="Rate limit (default: none).")
     budget: KeyBudget | None = Field(None, description="Token and parallel-request budget (default: none).")
+    priority: int | None = Field(
+        None,
+        description="Admission priority of the key's requests that set none (vLLM's: lower first; 0).",
+    )
 
 
 class KeysFile(StrictModel):
@@ -93,6 +97,7 @@ class ApiKey:
     id: str = ""
     budget: KeyBudget | None = None
     expires_at: float | None = None
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         self.id = self.id or self.name
@@ -136,6 +141,7 @@ def _entry_to_key(entry: KeyEntry) -> ApiKey:
         models=None if entry.models is None else frozenset(entry.models),
         bucket=_bucket(entry.requests_per_minute),
         budget=_budget(entry.budget),
+        priority=entry.priority,
     )
 
 
@@ -197,7 +203,9 @@ class KeyStore:
         entries = []
         for i, k in enumerate(key for key in keys if key):
             try:
-                entries.append(KeyEntry(key=k, name=None, models=None, requests_per_minute=None))
+                entries.append(
+                    KeyEntry(key=k, name=None, models=None, requests_per_minute=None, priority=None)
+                )
             except ValidationError:
                 # pydantic's message quotes the input: say what is wrong, never the key itself.
                 raise ConfigError(
@@ -212,12 +220,18 @@ class KeyStore:
             and len(admin_key) >= MIN_KEY_CHARS
             and all(e.key != admin_key for e in entries)
         ):
-            entries.append(KeyEntry(key=admin_key, name="admin", models=None, requests_per_minute=None))
+            entries.append(
+                KeyEntry(key=admin_key, name="admin", models=None, requests_per_minute=None, priority=None)
+            )
         return cls(entries)
 
     @property
     def enabled(self) -> bool:
         return bool(self._keys) or bool(self._stored)
+
+    def by_owner(self, owner: str) -> ApiKey | None:
+        """The key whose digest (hex) owns stored objects (a batch runs with its owner's key)."""
+        return next((k for k in self._keys if k.digest.hex() == owner), None)
 
     def _lookup(self, presented: str) -> ApiKey | None:
         digest = _digest(presented)

@@ -174,6 +174,15 @@ class GatewayMetrics:
             "every replica served).",
             registry=r,
         )
+        self.batches = Gauge(
+            f"{PREFIX}batches", "Batches (/v1/batches) in the cluster, by status.", registry=r
+        )
+        self.batch_lines = Counter(
+            f"{PREFIX}batch_lines_total",
+            "Batch lines this gateway ran, by outcome: completed, failed (in the error file), "
+            "retried (a server error, run once more).",
+            registry=r,
+        )
         self.draining = Gauge(f"{PREFIX}draining", "1 while the gateway drains for shutdown.", registry=r)
         # The llama.cpp engines' prompt cache and forward passes, summed over the model's ready
         # replicas at scrape time.

@@ -8,13 +8,21 @@ the engine, under the request's time-to-first-token deadline.
 
 Counts are per model and per *request* (n samples or several prompts count once), and they are
 what the `num_requests_running` / `num_requests_waiting` gauges show.
+
+Priority classes: waiting tickets start in the order of (class, `priority`, arrival). A request's
+`priority` is vLLM's (lower is handled first, default 0; the API key's default when the body has
+none). Batch lines (`server/serving/batch_runner.py`) form a class below every interactive
+request: they start only while no interactive request waits for the model, whatever their
+`priority`; they are never refused with 429 (the runner bounds how many it starts) and never
+count towards `max_waiting`, so a batch cannot fill the queue interactive requests need.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +42,9 @@ class Ticket:
     gate: ModelGate
     admitted: asyncio.Future[None]
     created: float
+    priority: int = 0
+    batch: bool = False
+    order: int = 0  # arrival, the tie-break between equal priorities
     released: bool = False
     started: float = 0.0  # loop time when it got a running slot
 
@@ -46,6 +57,10 @@ class Ticket:
         if not self.admitted.done():
             await asyncio.shield(self.admitted)
         return self.started - self.created
+
+    def rank(self) -> tuple[bool, int, int]:
+        """The queue's order: interactive before batch, then `priority`, then arrival."""
+        return (self.batch, self.priority, self.order)
 
     def release(self) -> None:
         if not self.released:
@@ -63,19 +78,32 @@ class ModelGate:
     on_change: Callable[[ModelGate], None] = lambda gate: None
     running: int = 0
     waiting: int = 0
+    batch_waiting: int = 0  # of `waiting`: batch lines
     avg_seconds: float = 1.0
-    _queue: deque[Ticket] = field(default_factory=deque)
+    _queue: list[Ticket] = field(default_factory=list)  # sorted by `Ticket.rank`
+    _arrivals: itertools.count[int] = field(default_factory=itertools.count)
 
-    def enter(self) -> Ticket:
+    @property
+    def interactive_waiting(self) -> int:
+        return self.waiting - self.batch_waiting
+
+    def enter(self, priority: int = 0, batch: bool = False) -> Ticket:
         """Admit or refuse (429) now; an admitted ticket may still have to wait for a slot."""
         loop = asyncio.get_running_loop()
-        ticket = Ticket(self, loop.create_future(), created=loop.time())
-        max_running = self.limits.max_running
-        if max_running is None or self.running < max_running:
+        ticket = Ticket(
+            self,
+            loop.create_future(),
+            created=loop.time(),
+            priority=priority,
+            batch=batch,
+            order=next(self._arrivals),
+        )
+        if self._may_start(ticket):
             self._start(ticket)
-        elif self.limits.max_waiting is None or self.waiting < self.limits.max_waiting:
+        elif batch or self.limits.max_waiting is None or self.interactive_waiting < self.limits.max_waiting:
             self.waiting += 1
-            self._queue.append(ticket)
+            self.batch_waiting += batch
+            bisect.insort(self._queue, ticket, key=Ticket.rank)
         else:
             raise RateLimitError(
                 f"Model `{self.name}` is at capacity ({self.running} running, {self.waiting} waiting). "
@@ -91,6 +119,13 @@ class ModelGate:
         estimate = self.avg_seconds * (self.waiting + 1) / slots
         return max(1, min(_MAX_RETRY_AFTER, math.ceil(estimate)))
 
+    def _may_start(self, ticket: Ticket) -> bool:
+        """A free running slot, and for a batch line no interactive request waiting."""
+        max_running = self.limits.max_running
+        if max_running is not None and self.running >= max_running:
+            return False
+        return not ticket.batch or self.interactive_waiting == 0
+
     def _start(self, ticket: Ticket) -> None:
         self.running += 1
         ticket.started = asyncio.get_running_loop().time()
@@ -103,12 +138,14 @@ class ModelGate:
             self.avg_seconds += _EWMA_ALPHA * (elapsed - self.avg_seconds)
         else:  # still queued: the client gave up, or the request failed before its turn
             self.waiting -= 1
+            self.batch_waiting -= ticket.batch
             self._queue.remove(ticket)
             ticket.admitted.cancel()
-        max_running = self.limits.max_running
-        while self._queue and (max_running is None or self.running < max_running):
+        while self._queue and self._may_start(self._queue[0]):
+            head = self._queue.pop(0)
             self.waiting -= 1
-            self._start(self._queue.popleft())
+            self.batch_waiting -= head.batch
+            self._start(head)
         self.on_change(self)
 
 

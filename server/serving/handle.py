@@ -114,7 +114,20 @@ class ModelHandle:
         )
 
     async def _admitted(self) -> None:
-        """Wait for a running slot (no-op when one was free), under the first-token deadline."""
+        """Wait for a running slot (no-op when one was free), under the first-token deadline.
+
+        A batch line waits for its slot as long as interactive traffic keeps it out (that is the
+        point of its class), so its deadlines count from the slot, not from its arrival."""
+        if self._ctx.batch and not self._queued_observed:
+            queued = await self._ctx.bounded(self._ticket.wait(), None, self._total_expired)
+            now = asyncio.get_running_loop().time()
+            if self._ttft_s is not None:
+                self._ttft_deadline = now + self._ttft_s
+            if self._total_s is not None:
+                self._total_deadline = now + self._total_s
+            self._queued_observed = True
+            self._metrics.queue_time.observe(self._labels, queued)
+            return
         deadline = _earliest(self._ttft_deadline, self._total_deadline)
         expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
         queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
@@ -255,8 +268,11 @@ def open_model(request: Request, router: ModelRouter, endpoint: str = "") -> Mod
     admission: Admission = state.admission
     metrics: GatewayMetrics = state.metrics
     gate = admission.gate(router.config.name, router.config.limits)
+    priority = ctx.priority
+    if priority is None:
+        priority = ctx.key.priority if ctx.key is not None and ctx.key.priority is not None else 0
     try:
-        ticket = gate.enter()
+        ticket = gate.enter(priority, batch=ctx.batch)
     except RateLimitError:
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise

@@ -35,7 +35,8 @@ def resolve_model(
     unknown_fields.note(endpoint, body)
     # Every body that reaches a model names it; the base model does not declare the field.
     router = cluster.get(str(getattr(body, "model")))  # noqa: B009
-    check_model_access(request_context(request).key, router.config.ids)
+    ctx = request_context(request)
+    check_model_access(ctx.key, router.config.ids)
     tasks = (task,) if isinstance(task, str) else task
     if tasks is not None and router.config.task not in tasks:
         raise BadRequestError(
@@ -49,4 +50,7 @@ def resolve_model(
             f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",
             param=unsupported[0],
         )
+    priority = getattr(body, "priority", None)
+    if isinstance(priority, int):
+        ctx.priority = priority
     return open_model(request, router, endpoint)

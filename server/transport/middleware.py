@@ -29,7 +29,7 @@ from raygate.protocol.errors import OpenAIError, PayloadTooLargeError, ServiceUn
 from raygate.server.access.admin_auth import is_admin_path
 from raygate.server.access.auth import KeyStore
 from raygate.server.access.budgets import Budgets
-from raygate.server.context import REQUEST_ID, SCOPE_KEY, RequestContext
+from raygate.server.context import BATCH_SCOPE_KEY, REQUEST_ID, SCOPE_KEY, RequestContext
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.transport.errors import error_response
@@ -72,6 +72,12 @@ def is_keyed(path: str) -> bool:
     return path.startswith(OLLAMA_PREFIX) and path != OLLAMA_PROBE
 
 
+# Uploads (`POST /v1/files`) have their own size limit, `--files-max-bytes`; the multipart form
+# around the file may add this much.
+FILES_PATH = "/v1/files"
+MULTIPART_SLACK = 64 * 1024
+
+
 def request_id_from(header: str | None) -> str:
     """Keep a client's id if it is short and plain (it ends up in logs and engine ids)."""
     if header is not None and _REQUEST_ID.fullmatch(header):
@@ -94,6 +100,7 @@ class GatewayMiddleware:
         budgets: Budgets | None = None,
         audit: LedgerWriter | None = None,
         admin_actor: str = "anonymous",
+        max_upload_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
@@ -103,6 +110,12 @@ class GatewayMiddleware:
         self.budgets = budgets
         self.audit = audit
         self.admin_actor = admin_actor
+        self.max_upload_bytes = max(max_body_bytes, (max_upload_bytes or 0) + MULTIPART_SLACK)
+
+    def _body_limit(self, scope: Scope) -> int:
+        if scope["method"] == "POST" and scope["path"] == FILES_PATH:
+            return self.max_upload_bytes
+        return self.max_body_bytes
 
     def _refuse(self, scope: Scope, headers: Headers, ctx: RequestContext) -> OpenAIError | None:
         path: str = scope["path"]
@@ -110,7 +123,10 @@ class GatewayMiddleware:
             return None
         if self.lifecycle.draining:
             return ServiceUnavailableError("The server is shutting down.", code="server_shutting_down")
-        if (
+        if BATCH_SCOPE_KEY in scope:  # a batch line, run in this process with its owner's key
+            ctx.batch = True
+            ctx.key = scope[BATCH_SCOPE_KEY]
+        elif (
             self.keys.enabled
             and is_keyed(path)
             and not is_admin_path(scope["method"], path)  # the admin key's, checked by the route
@@ -123,12 +139,12 @@ class GatewayMiddleware:
                 self.metrics.rejected.inc({"model_name": "", "reason": str(exc.code)})
                 return exc
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            return PayloadTooLargeError(self._too_large())
+        if length is not None and length.isdigit() and int(length) > self._body_limit(scope):
+            return PayloadTooLargeError(self._too_large(scope))
         return None
 
-    def _too_large(self) -> str:
-        return f"The request body is larger than this server's limit of {self.max_body_bytes} bytes."
+    def _too_large(self, scope: Scope) -> str:
+        return f"The request body is larger than this server's limit of {self._body_limit(scope)} bytes."
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,6 +157,7 @@ class GatewayMiddleware:
         token = REQUEST_ID.set(ctx.request_id)
         status = 500
         received = 0
+        limit = self._body_limit(scope)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -154,8 +171,10 @@ class GatewayMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise HTTPException(413, self._too_large())  # -> server/transport/errors.py -> 413 body
+                if received > limit:
+                    raise HTTPException(
+                        413, self._too_large(scope)
+                    )  # -> server/transport/errors.py -> 413 body
             return message
 
         try:

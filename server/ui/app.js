@@ -1,11 +1,12 @@
 // The console's shell: tabs, the key fields, and starting/stopping the page that is shown.
 import { getKey, setKey } from "./api.js";
+import * as batches from "./batches.js";
 import { clearError } from "./dom.js";
 import * as metrics from "./metrics.js";
 import * as models from "./models.js";
 import * as playground from "./playground.js";
 
-const pages = { models, metrics, playground };
+const pages = { models, metrics, playground, batches };
 let current = null;
 
 function show(name) {
@@ -41,6 +42,7 @@ setupKeys();
 models.setup();
 metrics.setup();
 playground.setup();
+batches.setup();
 for (const tab of document.querySelectorAll(".tab")) {
   tab.addEventListener("click", () => {
     location.hash = tab.dataset.page;

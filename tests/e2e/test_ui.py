@@ -7,6 +7,7 @@ with the default models, an admin key and an API key, in its own Ray namespace.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -115,6 +116,7 @@ def test_console_is_public_static_and_locked_down(console: GatewayProcess) -> No
             "metrics.js",
             "chart.js",
             "playground.js",
+            "batches.js",
             "style.css",
         ]:
             asset = http.get(f"/ui/{name}")
@@ -269,3 +271,42 @@ def test_metrics_page_charts_the_traffic(page: Page, console: GatewayProcess) ->
     expect(ready.locator("figcaption")).to_have_text("Replicas ready")
     expect(ready.locator("text.tick").first).to_have_text("1")  # the top of the axis: 1 replica
     shot(page, "metrics")
+
+
+def test_batches_page_lists_the_keys_batches_with_progress(page: Page, console: GatewayProcess) -> None:
+    """A batch submitted with the API key shows on the Batches tab with its status and progress;
+    an ended batch offers no Cancel."""
+    lines = "".join(
+        json.dumps(
+            {
+                "custom_id": f"u-{i}",
+                "method": "POST",
+                "url": "/v1/embeddings",
+                "body": {"model": EMBED_MODEL, "input": XSS},
+            }
+        )
+        + "\n"
+        for i in range(2)
+    )
+    with httpx.Client(
+        base_url=console.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
+    ) as http:
+        uploaded = http.post(
+            "/v1/files", files={"file": ("ui.jsonl", lines.encode())}, data={"purpose": "batch"}
+        )
+        assert uploaded.status_code == 200, uploaded.text
+        body = {
+            "input_file_id": uploaded.json()["id"],
+            "endpoint": "/v1/embeddings",
+            "completion_window": "24h",
+        }
+        batch = http.post("/v1/batches", json=body).json()
+    use_keys(page)
+    page.click(".tab[data-page=batches]")
+    row = page.locator("#batches tr", has_text=batch["id"])
+    expect(row).to_be_visible()
+    expect(row.locator(".state")).to_have_text("completed")
+    expect(row).to_contain_text("2/2 (0 failed)")
+    expect(row.locator("button")).to_be_hidden()
+    expect(page.locator("#no-batches")).to_be_hidden()
+    assert page.evaluate("window.__xss") is None

@@ -134,11 +134,11 @@ class ResponseDB:
     def _oldest(self, now: float | None) -> float:
         return (time.time() if now is None else now) - self.limits.max_age_s
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _transaction(self) -> Transaction:
+        return Transaction(self._db)
 
 
-class _Transaction:
+class Transaction:
     """BEGIN ... COMMIT (ROLLBACK on an exception): with `isolation_level=None` nothing is implicit."""
 
     def __init__(self, db: sqlite3.Connection) -> None:

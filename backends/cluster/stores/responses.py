@@ -15,27 +15,19 @@ that follows up at once (agents do) always finds its response.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
 
-from raygate.backends.cluster.runtime.errors import STORE_ERRORS
 from raygate.backends.cluster.runtime.placement import state_actor_options
+from raygate.backends.cluster.stores.actor_client import StoreActorClient
 from raygate.backends.cluster.stores.response_db import DB_FILE, ResponseDB, StoreLimits
 
 log = logging.getLogger(__name__)
 
 STORE_NAME = "responses"
-# A store that died is back within a second on an idle box and took ~10 s beside stress-ng: a
-# request waits this long for it (a client that follows up at once should find its response),
-# then gets 503 with a retry.
-RESTART_WAIT_S = 30.0
 
 
 class ResponseStore:
@@ -85,17 +77,10 @@ def connect_response_store(
     )
 
 
-class ResponseStoreClient:
-    """The gateway's handle on the store: async calls; a lost actor is looked up again once."""
+class ResponseStoreClient(StoreActorClient):
+    """The gateway's handle on the store (retries while it restarts: `StoreActorClient`)."""
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
-        self._connect = connect
-        self._actor: Any = None
-
-    async def start(self) -> dict[str, Any]:
-        self._actor = await asyncio.to_thread(self._connect)
-        info: dict[str, Any] = await self._actor.info.remote()
-        return info
+    what = "response store"
 
     async def put(self, response_id: str, owner: str, body: str) -> None:
         await self._call("put", response_id, owner, body)
@@ -107,18 +92,3 @@ class ResponseStoreClient:
     async def delete(self, response_id: str, owner: str) -> bool:
         deleted: bool = await self._call("delete", response_id, owner)
         return deleted
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        """One call; while the actor restarts (Ray answers "unavailable" at once, or it died under
-        the call) it is looked up and called again, up to RESTART_WAIT_S, then 503."""
-        deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
-        while True:
-            try:
-                return await getattr(self._actor, method).remote(*args)
-            except RayActorError as exc:
-                if time.monotonic() + pause > deadline:
-                    raise STORE_ERRORS.error(exc, "response store") from None
-                log.warning("response store unreachable (%s); calling it again", type(exc).__name__)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            self._actor = await asyncio.to_thread(self._connect)
