@@ -39,7 +39,7 @@ ResourceAmount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 # A Hub repository id: `org/name` (Hugging Face and ModelScope spell them alike).
 REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
-# A branch, tag or commit: no whitespace, no `..`, not absolute (it becomes part of a URL and of a cache path).
+# A branch, tag or commit: no whitespace, no `..`, not absolute (part of a URL and of a cache path).
 REVISION_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$"
 Hub = Literal["hf", "modelscope"]
 
