@@ -45,6 +45,10 @@ SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gg
 NOT_FOR_VLLM = ("*.gguf", "*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "onnx/*")
 MARKER_DIR = "raygate"
 HASH_BLOCK = 1 << 20
+# A connection cut costs a retry (each resumes from the `.incomplete` file where the server allows
+# ranges); huggingface_hub retries within one call too, for a few seconds.
+FETCH_ATTEMPTS = 6
+FETCH_RETRY_SECONDS = 3.0
 
 
 class HubError(ModelFileError):
@@ -154,6 +158,20 @@ def _hf_errors(exc: Exception, source: ModelSource) -> HubError:
         return HubError(f"HF_HUB_OFFLINE is set and {where} is not in this node's cache")
     return HubError(
         f"Hugging Face Hub, {where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    )
+
+
+def _transient(exc: Exception) -> bool:
+    """A failure worth another try: the network, or the server's 5xx; never an answer about the
+    repository itself (not found, gated, no such revision or file)."""
+    from huggingface_hub import errors
+
+    if isinstance(exc, errors.RepositoryNotFoundError | errors.RevisionNotFoundError | errors.EntryNotFoundError):
+        return False
+    if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
+        return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
+    return isinstance(exc, OSError | errors.LocalEntryNotFoundError) or "connect" in type(exc).__name__.lower() or (
+        "timeout" in type(exc).__name__.lower()
     )
 
 
@@ -327,10 +345,14 @@ class Download:
         from huggingface_hub import hf_hub_download
 
         assert self.plan is not None
-        try:
-            path = Path(hf_hub_download(self.plan.repo, f.name, revision=self.plan.commit))
-        except Exception as exc:
-            raise _hf_errors(exc, self.source) from None
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
+            try:
+                path = Path(hf_hub_download(self.plan.repo, f.name, revision=self.plan.commit))
+                break
+            except Exception as exc:
+                if attempt == FETCH_ATTEMPTS or not _transient(exc):
+                    raise _hf_errors(exc, self.source) from None
+                time.sleep(FETCH_RETRY_SECONDS)
         if f.sha256 is None:
             return
         digest = _sha256(path)
@@ -411,8 +433,18 @@ def pin(source: ModelSource, *, folder: bool) -> ModelSource:
     the replicas then resolve it from their nodes' caches. ModelScope revisions stay as given."""
     if source.hub != "hf" or hf_offline():
         return source
-    plan = plan_hf(source, folder=folder)
+    try:
+        plan = plan_hf(source, folder=folder)
+    except HubError as exc:
+        if source.revision is not None and COMMIT.fullmatch(source.revision) and _unreachable(exc):
+            return source  # already pinned; the nodes' caches may hold it
+        raise
     return source.model_copy(update={"revision": plan.commit})
+
+
+def _unreachable(exc: HubError) -> bool:
+    cause = exc.__context__
+    return cause is not None and isinstance(cause, Exception) and _transient(cause)
 
 
 def is_hub(source: Any) -> bool:

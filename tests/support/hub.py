@@ -104,6 +104,24 @@ def commit_files(repo: Path, files: Mapping[str, Path | bytes], message: str = "
     return _git(repo, "rev-parse", "HEAD")
 
 
+def split_gguf(source: Path, out_dir: Path, shards: int = 2) -> list[Path]:
+    """Split a GGUF the way llama.cpp's `gguf-split` does (`NAME-00001-of-0000N.gguf`, the
+    metadata in the first shard, `split.*` keys in each), with the gguf library's own writer."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import copy_with_new_metadata
+
+    reader = gguf.GGUFReader(source)
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    per_shard = -(-len(reader.tensors) // shards)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{source.stem}.gguf"
+    writer = gguf.GGUFWriter(target, arch, split_max_tensors=per_shard)
+    copy_with_new_metadata(reader, writer, {}, [])
+    written = sorted(out_dir.glob(f"{source.stem}-*-of-*.gguf"))
+    assert written == writer.format_shard_names(target), written
+    return written
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
