@@ -166,12 +166,18 @@ def _transient(exc: Exception) -> bool:
     repository itself (not found, gated, no such revision or file)."""
     from huggingface_hub import errors
 
-    if isinstance(exc, errors.RepositoryNotFoundError | errors.RevisionNotFoundError | errors.EntryNotFoundError):
+    if isinstance(exc, errors.OfflineModeIsEnabled):
+        return False
+    if isinstance(exc, errors.LocalEntryNotFoundError):  # the Hub did not answer the file's HEAD
+        return True
+    answers = (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.EntryNotFoundError)
+    if isinstance(exc, answers):
         return False
     if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
         return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
-    return isinstance(exc, OSError | errors.LocalEntryNotFoundError) or "connect" in type(exc).__name__.lower() or (
-        "timeout" in type(exc).__name__.lower()
+    kind = type(exc).__name__.lower()
+    return isinstance(exc, OSError | errors.LocalEntryNotFoundError) or any(
+        word in kind for word in ("connect", "timeout", "protocol")
     )
 
 
