@@ -351,6 +351,7 @@ class Download:
         from huggingface_hub import hf_hub_download
 
         assert self.plan is not None
+        path: Path | None = None
         for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
                 path = Path(hf_hub_download(self.plan.repo, f.name, revision=self.plan.commit))
@@ -359,7 +360,7 @@ class Download:
                 if attempt == FETCH_ATTEMPTS or not _transient(exc):
                     raise _hf_errors(exc, self.source) from None
                 time.sleep(FETCH_RETRY_SECONDS)
-        if f.sha256 is None:
+        if path is None or f.sha256 is None:
             return
         digest = _sha256(path)
         if digest != f.sha256:

@@ -96,7 +96,7 @@ def gateway(hub: Hub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate
     gw = start_gateway(
         ["--config", str(REPO / "tests" / "configs" / "embed-only.yaml")],
         log,
-        env=hf_env(hub.server.endpoint, hub.home),
+        env={**hf_env(hub.server.endpoint, hub.home), "PYTHONPATH": str(REPO)},
         timeout=600,
     )
     yield gw
