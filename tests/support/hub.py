@@ -161,14 +161,14 @@ class OlahServer:
 
     def start(self) -> None:
         python = olah_python()
-        log = (self.root / "olah.log").open("ab")
-        self._proc = subprocess.Popen(
-            [str(python), "-m", "olah.server", "--config", str(self.config)],
-            cwd=self.root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))},
-        )
+        with (self.root / "olah.log").open("ab") as log:  # the child keeps its own descriptor
+            self._proc = subprocess.Popen(
+                [str(python), "-m", "olah.server", "--config", str(self.config)],
+                cwd=self.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))},
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -175,6 +175,7 @@ class Deployment:
             list(self.events),
             self.events_total,
             self.no_room,
+            self._downloading(),
         )
 
     # ---- operations ----------------------------------------------------------------------------
