@@ -194,7 +194,7 @@ def plan_hf(source: ModelSource, *, folder: bool) -> HubPlan:
 
     api = HfApi()
     try:
-        info = api.model_info(source.repo, revision=source.revision)
+        info = api.model_info(source.repo, revision=source.revision or "main")
         commit = str(info.sha)
         entries = [
             e
