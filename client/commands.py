@@ -321,7 +321,8 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
         )
         for r in d["replicas"]:
             node = (r.get("node_id") or "-")[:12]
-            rows.append(("", f"  {r['state']}", "", "", r["id"], "", "", node, r.get("error") or ""))
+            bar = _download_bar(r.get("download")).strip()
+            rows.append(("", f"  {r['state']}", "", "", r["id"], "", "", node, r.get("error") or bar))
         for e in d.get("scaling_events", [])[-3:]:
             when = time.strftime("%H:%M:%S", time.localtime(e["at"]))
             change = f"{e['from_replicas']} -> {e['to_replicas']}"
