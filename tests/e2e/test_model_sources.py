@@ -29,6 +29,7 @@ SPLIT_REPO = "raygate-tests/minilm-split-GGUF"
 PIN_REPO = "raygate-tests/minilm-pinned-GGUF"
 TWICE_REPO = "raygate-tests/minilm-twice-GGUF"
 CUT_REPO = "raygate-tests/smollm2-cut-GGUF"
+STOP_REPO = "raygate-tests/smollm2-stop-GGUF"
 BAD_REPO = "raygate-tests/minilm-corrupt-GGUF"
 EMBED = {"task": "embed", "num_cpus": 0.25, "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}}
 CHAT = {"num_cpus": 0.25, "engine": {"n_ctx": 512, "n_threads": 1}}
@@ -73,6 +74,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     hub.commits[PIN_REPO] = commit_files(server.repo(PIN_REPO), {MINILM.name: MINILM}, "v1")
     hub.commits[TWICE_REPO] = commit_files(server.repo(TWICE_REPO), {MINILM.name: MINILM})
     hub.commits[CUT_REPO] = commit_files(server.repo(CUT_REPO), {smollm2.name: smollm2})
+    hub.commits[STOP_REPO] = commit_files(server.repo(STOP_REPO), {smollm2.name: smollm2})
     hub.commits[BAD_REPO] = commit_files(server.repo(BAD_REPO), {MINILM.name: MINILM})
     # The object no longer matches the sha256 its pointer (the Hub's listing) names: same size.
     corrupt = lfs_object(server.repo(BAD_REPO), _oid(server.repo(BAD_REPO) / MINILM.name))
@@ -240,30 +242,57 @@ def test_a_node_with_the_files_needs_no_hub(hub: Hub, gateway: GatewayProcess) -
         hub.server.start()
 
 
+def downloading(url: str, name: str) -> dict[str, Any]:
+    """The deployment's status once its download has bytes on disk (olah serves ~100 MB in
+    seconds on a busy box; the controller reads progress every half second)."""
+    status = wait_deployment(
+        url, name, lambda s: settled(s) or (s["download"] or {}).get("bytes_done", 0) > 0, LOAD_TIMEOUT
+    )
+    assert status["state"] == "downloading", status
+    return status
+
+
 def test_a_download_cut_by_the_server_dying_recovers(hub: Hub, gateway: GatewayProcess) -> None:
     r = deploy(gateway.url, {"name": "hub-cut", "source": {"hf": CUT_REPO}, **CHAT})
     assert r.status_code == 202, r.text
+    size = smollm2_gguf().stat().st_size
     try:
-        # Progress is visible while it downloads: state, bytes and the rate.
-        seen = wait_deployment(
-            gateway.url,
-            "hub-cut",
-            lambda s: settled(s) or (s["download"] or {}).get("bytes_done", 0) > 0,
-            LOAD_TIMEOUT,
-        )
-        if seen["state"] == "downloading":
-            progress = seen["download"]
-            assert 0 < progress["bytes_done"] <= progress["bytes_total"] == smollm2_gguf().stat().st_size
-            assert progress["bytes_per_s"] >= 0 and progress["repo"] == CUT_REPO
-            hub.server.stop()  # the connection drops mid-file
-            time.sleep(1)
-            hub.server.start()
+        # Progress is visible while it downloads: in /admin (state, bytes, rate) and in /metrics.
+        progress = downloading(gateway.url, "hub-cut")["download"]
+        assert 0 < progress["bytes_done"] <= progress["bytes_total"] == size
+        assert progress["bytes_per_s"] >= 0 and progress["repo"] == CUT_REPO and not progress["done"]
+        metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text.splitlines()
+        totals = [
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics
+            if line.startswith("raygate:model_download_bytes{")
+            and 'kind="total"' in line
+            and '"hub-cut"' in line
+        ]
+        assert totals == [size], [m for m in metrics if "download" in m]
+        hub.server.stop()  # the connection drops mid-file
+        time.sleep(1)
+        hub.server.start()
         status = wait_deployment(gateway.url, "hub-cut", settled, LOAD_TIMEOUT)
         assert status["state"] == "ready", status
         download = status["replicas"][0]["download"]
-        assert download["done"] and download["bytes_done"] == download["bytes_total"]
+        assert download["done"] and download["bytes_done"] == download["bytes_total"] == size
+        assert hub.gets(CUT_REPO, smollm2_gguf().name) >= 1  # asked again after the cut
     finally:
         undeploy(gateway.url, "hub-cut")
+
+
+def test_an_undeploy_while_downloading_stops_the_download(hub: Hub, gateway: GatewayProcess) -> None:
+    r = deploy(gateway.url, {"name": "hub-stop", "source": {"hf": STOP_REPO}, **CHAT})
+    assert r.status_code == 202, r.text
+    downloading(gateway.url, "hub-stop")
+    undeploy(gateway.url, "hub-stop")
+    assert httpx.get(f"{gateway.url}/admin/deployments/hub-stop", timeout=30).status_code == 404
+    partial = list(hub.blobs(STOP_REPO).glob("*.incomplete"))
+    assert len(partial) == 1, list(hub.blobs(STOP_REPO).iterdir())
+    size = partial[0].stat().st_size
+    time.sleep(3)  # a download still running would have grown it (it moves megabytes a second)
+    assert partial[0].stat().st_size == size < smollm2_gguf().stat().st_size
 
 
 def test_a_file_whose_hash_does_not_match_is_deleted_and_fails_the_deployment(
