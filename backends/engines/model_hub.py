@@ -13,9 +13,11 @@ Two steps, on two sides of the cluster:
   so replicas and gateways sharing a node download once; a node that already holds a pinned
   commit's files (a marker written after they were verified) uses them without asking the Hub,
   which is also what `HF_HUB_OFFLINE=1` needs. Each LFS file's sha256 is checked against the Hub's;
-  a mismatch deletes the file and fails the load with the reason. huggingface_hub resumes a
-  download from its `.incomplete` file, so a load retried after a connection cut continues where
-  it stopped. Not enough free disk fails before the first byte, naming both sizes.
+  a mismatch deletes the file and fails the load with the reason. A connection cut mid-file is
+  resumed by huggingface_hub itself (a `Range` request from where it stopped, a few tries a second
+  apart); a longer outage fails that call and `FETCH_ATTEMPTS` starts the file again (huggingface_hub
+  2.x keeps no partial file between calls). Not enough free disk fails before the first byte,
+  naming both sizes.
 
 Progress (`Download.progress()`) is read from the cache on disk, not from the library's progress
 bars, so a replica waiting on another's lock reports the same bytes as the one downloading.
@@ -45,8 +47,8 @@ SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gg
 NOT_FOR_VLLM = ("*.gguf", "*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "onnx/*")
 MARKER_DIR = "raygate"
 HASH_BLOCK = 1 << 20
-# A connection cut costs a retry (each resumes from the `.incomplete` file where the server allows
-# ranges); huggingface_hub retries within one call too, for a few seconds.
+# An outage longer than huggingface_hub's own retries (about five, a second apart, each resuming
+# with a `Range` request) costs one of these, which starts the file again.
 FETCH_ATTEMPTS = 6
 FETCH_RETRY_SECONDS = 3.0
 
@@ -276,12 +278,14 @@ class Download:
         blobs = hf_repo_cache(plan.repo) / "blobs"
         total = 0
         for f in plan.files:
-            for candidate in (blobs / f.blob, blobs / f"{f.blob}.incomplete"):
-                try:
-                    total += min(f.size, candidate.stat().st_size)
-                    break
-                except OSError:
-                    continue
+            try:
+                total += min(f.size, (blobs / f.blob).stat().st_size)
+                continue
+            except OSError:
+                pass
+            # huggingface_hub 2.x downloads into `<blob>.<random>.incomplete`, one per download.
+            partial = [_size_of(p) for p in blobs.glob(f"{f.blob}.*incomplete")]
+            total += min(f.size, max(partial, default=0))
         return total
 
     def run(self) -> Path:
@@ -310,6 +314,7 @@ class Download:
             if _marker(repo_cache, self.plan.commit, self.source, self.folder).is_file():
                 self.done = self.cached = True
                 return entry_file(self.plan, root)
+            _drop_partials(repo_cache, self.plan)
             self._check_disk(repo_cache)
             for f in self.plan.files:
                 self._fetch_hf_file(f)
@@ -417,6 +422,22 @@ def _write_marker(repo_cache: Path, plan: HubPlan, source: ModelSource) -> None:
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps(body))
     os.replace(tmp, marker)
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # renamed into place, or removed, since the listing
+        return 0
+
+
+def _drop_partials(repo_cache: Path, plan: HubPlan) -> None:
+    """Remove what killed downloads left (a replica undeployed mid-file is killed, so the
+    library's clean-up never ran). Called under the node's lock for the repository, so no download
+    of ours is writing them; huggingface_hub 2.x never reuses them (each download has its own)."""
+    for f in plan.files:
+        for partial in (repo_cache / "blobs").glob(f"{f.blob}.*incomplete"):
+            partial.unlink(missing_ok=True)
 
 
 def _sha256(path: Path) -> str:
