@@ -7,6 +7,7 @@ through the real `huggingface_hub`, into a cache under the test's tmp folder."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import time
@@ -330,3 +331,39 @@ def test_the_cli_short_form_deploys_a_quantisation(hub: Hub, gateway: GatewayPro
         }
     finally:
         undeploy(gateway.url, "hub-cli")
+
+
+def test_an_xinference_launch_by_model_id_deploys_from_the_hub(hub: Hub, gateway: GatewayProcess) -> None:
+    from xinference_client import RESTfulClient
+
+    family = {
+        "version": 1,
+        "context_length": 512,
+        "model_name": "hub-xi",
+        "model_lang": ["en"],
+        "model_ability": ["generate"],
+        "model_specs": [
+            {
+                "model_format": "ggufv2",
+                "quantizations": ["Q4_1"],
+                "model_id": GGUF_REPO,
+                "model_hub": "huggingface",
+                "model_file_name_template": "SmolLM2-135M-Instruct.{quantization}.gguf",
+            }
+        ],
+    }
+    client = RESTfulClient(gateway.url)
+    client.register_model("LLM", json.dumps(family), persist=False)
+    try:
+        uid = client.launch_model("hub-xi", model_type="LLM", model_engine="llama.cpp", quantization="Q4_1")
+        status = httpx.get(f"{gateway.url}/admin/deployments/{uid}", timeout=30).json()
+        assert status["state"] == "ready", status
+        source = {k: v for k, v in status["spec"]["source"].items() if v is not None}
+        assert source == {
+            "hf": GGUF_REPO,
+            "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "revision": hub.commits[GGUF_REPO],
+        }
+        client.terminate_model(uid)
+    finally:
+        client.unregister_model("LLM", "hub-xi")
