@@ -382,21 +382,10 @@ class Download:
         each file's sha256 themselves."""
         from filelock import FileLock
         from modelscope import snapshot_download
-        from modelscope.hub.api import HubApi
-
-        try:
-            listing = HubApi().get_model_files(
-                self.source.repo, revision=self.source.revision or "master", recursive=True
-            )
-        except Exception as exc:
-            raise HubError(f"ModelScope repository `{self.source.repo}`: {exc}") from None
-        sizes = {str(e["Path"]): int(e.get("Size") or 0) for e in listing if e.get("Type") != "tree"}
-        chosen = pick(sorted(sizes), self.source.file, folder=self.folder)
-        revision = self.source.revision or "master"
-        self.plan = HubPlan(
-            "modelscope", self.source.repo, revision, tuple(HubFile(n, sizes[n]) for n in chosen), self.folder
-        )
         from modelscope.utils.file_utils import get_model_cache_root
+
+        self.plan = plan_modelscope(self.source, folder=self.folder)
+        revision, chosen = self.plan.commit, self.plan.names
 
         lock_dir = Path(get_model_cache_root()) / ".locks"
         lock_dir.mkdir(parents=True, exist_ok=True)
@@ -407,6 +396,24 @@ class Download:
                 raise HubError(f"ModelScope repository `{self.source.repo}`: {exc}") from None
         self.done = True
         return entry_file(self.plan, root)
+
+
+def plan_modelscope(source: ModelSource, *, folder: bool) -> HubPlan:
+    """List `source` on ModelScope (a network call) and pick its files; the revision stays as
+    given (ModelScope names releases by tag)."""
+    from modelscope.hub.api import HubApi
+
+    revision = source.revision or "master"
+    try:
+        listing = HubApi().get_model_files(source.repo, revision=revision, recursive=True)
+    except Exception as exc:
+        raise HubError(f"ModelScope repository `{source.repo}` at `{revision}`: {exc}") from None
+    sizes = {str(e["Path"]): int(e.get("Size") or 0) for e in listing if e.get("Type") != "tree"}
+    try:
+        chosen = pick(sorted(sizes), source.file, folder=folder)
+    except HubError as exc:
+        raise HubError(f"ModelScope repository `{source.repo}`: {exc}") from None
+    return HubPlan("modelscope", source.repo, revision, tuple(HubFile(n, sizes[n]) for n in chosen), folder)
 
 
 def _marker(repo_cache: Path, commit: str, source: ModelSource, folder: bool) -> Path:
@@ -458,8 +465,16 @@ def _size(n: int) -> str:
 def pin(source: ModelSource, *, folder: bool) -> ModelSource:
     """`source` with its revision replaced by the commit it names now (a network call), after
     checking that it picks files at all. Unchanged when the Hub cannot be asked (offline mode):
-    the replicas then resolve it from their nodes' caches. ModelScope revisions stay as given."""
-    if source.hub != "hf" or hf_offline():
+    the replicas then resolve it from their nodes' caches. ModelScope sources are listed (a 400
+    when they pick nothing) but keep their revision."""
+    if source.hub == "modelscope":
+        try:
+            plan_modelscope(source, folder=folder)  # what cannot be found is a 400 now
+        except HubError as exc:
+            if not _unreachable(exc):
+                raise
+        return source
+    if hf_offline():
         return source
     try:
         plan = plan_hf(source, folder=folder)
