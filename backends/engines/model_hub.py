@@ -324,7 +324,10 @@ class Download:
 
     def _verified_local(self, repo_cache: Path) -> Path | None:
         """The files, when this node fetched and verified them before at the commit the revision
-        names here: no network call at all."""
+        names here: no network call at all. A branch or tag (a `models.yaml` seed; deploys pin
+        a commit) is read from the cache's `refs/` only offline: online it may have moved."""
+        if not (self.source.revision and COMMIT.fullmatch(self.source.revision)) and not hf_offline():
+            return None
         commit = _local_commit(repo_cache, self.source.revision, "main")
         if commit is None:
             return None
