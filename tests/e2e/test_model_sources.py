@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.admin import wait_deployment
 from tests.support.gateway import RAYGATE, REPO, GatewayProcess, start_gateway
-from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object, split_gguf
+from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object, lfs_pointer, split_gguf
 
 MINILM = REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"
 GGUF_REPO = "raygate-tests/smollm2-GGUF"  # two GGUFs: a glob picks one
@@ -32,6 +32,7 @@ TWICE_REPO = "raygate-tests/minilm-twice-GGUF"
 CUT_REPO = "raygate-tests/smollm2-cut-GGUF"
 STOP_REPO = "raygate-tests/smollm2-stop-GGUF"
 BAD_REPO = "raygate-tests/minilm-corrupt-GGUF"
+HUGE_REPO = "raygate-tests/huge-GGUF"  # its listing says 10 PB
 EMBED = {"task": "embed", "num_cpus": 0.25, "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}}
 CHAT = {"num_cpus": 0.25, "engine": {"n_ctx": 512, "n_threads": 1}}
 LOAD_TIMEOUT = 300
@@ -82,6 +83,10 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     data = bytearray(corrupt.read_bytes())
     data[-1000:] = bytes(1000)
     corrupt.write_bytes(bytes(data))
+    huge = server.repo(HUGE_REPO)
+    commit_files(huge, {MINILM.name: MINILM})
+    (huge / MINILM.name).write_text(lfs_pointer(_oid(huge / MINILM.name), 10**16))
+    hub.commits[HUGE_REPO] = commit_files(huge, {"README.md": b"the Hub says 10 PB\n"}, "huge")
     server.start()
     yield hub
     server.stop()
@@ -311,6 +316,22 @@ def test_a_file_whose_hash_does_not_match_is_deleted_and_fails_the_deployment(
         assert wait_deployment(gateway.url, "minilm", settled, 60)["state"] == "ready"
     finally:
         undeploy(gateway.url, "hub-corrupt")
+
+
+def test_a_download_bigger_than_the_free_disk_fails_before_downloading(
+    hub: Hub, gateway: GatewayProcess
+) -> None:
+    r = deploy(gateway.url, {"name": "hub-huge", "source": {"hf": HUGE_REPO}, **EMBED})
+    assert r.status_code == 202, r.text
+    try:
+        status = wait_deployment(gateway.url, "hub-huge", settled, LOAD_TIMEOUT)
+        assert status["state"] == "failed", status
+        assert (
+            "not enough disk" in status["error"] and "needed" in status["error"] and "free" in status["error"]
+        )
+        assert hub.gets(HUGE_REPO, MINILM.name) == 0
+    finally:
+        undeploy(gateway.url, "hub-huge")
 
 
 def test_the_cli_short_form_deploys_a_quantisation(hub: Hub, gateway: GatewayProcess) -> None:

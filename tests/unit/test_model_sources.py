@@ -3,11 +3,13 @@ form. Downloads, pins and faults against a real Hub-compatible server: tests/e2e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
-from raygate.backends.engines.model_hub import HubError, pick
+from raygate.backends.engines.model_hub import Download, HubError, HubFile, HubPlan, pick
 from raygate.client.commands import hub_source
 from raygate.protocol.config import ModelConfig, ModelSource
 
@@ -113,3 +115,11 @@ def test_the_cli_short_form_names_the_quantisation() -> None:
         "modelscope": "org/repo",
         "file": "exact.gguf",
     }
+
+
+def test_a_download_bigger_than_the_free_disk_fails_before_the_first_byte(tmp_path: Path) -> None:
+    huge = HubFile("model.gguf", 10**16, "0" * 64, "0" * 64)  # 10 PB: more than any disk here
+    download = Download(ModelSource(hf="raygate-tests/none"), folder=False)
+    download.plan = HubPlan("hf", "raygate-tests/none", "1" * 40, (huge,), False)
+    with pytest.raises(HubError, match=r"not enough disk .*10000000\.00 GB needed, .* free"):
+        download._check_disk(tmp_path)
