@@ -404,7 +404,12 @@ class Download:
 def plan_modelscope(source: ModelSource, *, folder: bool) -> HubPlan:
     """List `source` on ModelScope (a network call) and pick its files; the revision stays as
     given (ModelScope names releases by tag)."""
-    from modelscope.hub.api import HubApi
+    try:
+        from modelscope.hub.api import HubApi
+    except ImportError:
+        raise HubError(
+            "`source: {modelscope: ...}` needs the `modelscope` package (pip install 'raygate[modelscope]')"
+        ) from None
 
     revision = source.revision or "master"
     try:
