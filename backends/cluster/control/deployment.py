@@ -312,6 +312,8 @@ class Deployment:
         rec.node_id, rec.context_length = str(info["node_id"]), int(info["context_length"])
         rec.generation_defaults = dict(info.get("generation_defaults") or {})
         rec.socket = str(info.get("socket") or "")
+        if info.get("download"):
+            rec.download = DownloadProgress.model_validate(info["download"])
         log.info("replica %s ready on node %s in %.1fs", rec.id, rec.node_id[:12], time.monotonic() - t0)
         self._set(rec, "ready")
         try:

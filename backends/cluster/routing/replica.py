@@ -107,6 +107,7 @@ class ModelWorker:
             "context_length": engine.context_length,
             "generation_defaults": recommended,
             "socket": socket or "",
+            "download": await self.progress(),  # the last word: a load may end between two polls
         }
 
     async def progress(self) -> dict[str, Any] | None:
