@@ -54,14 +54,25 @@ def add_client_commands(sub: Any) -> None:
         "deploy",
         parents=[common, waiting],
         help="deploy a model on a running gateway",
-        description="Deploy a model: give its weights (--path or --package/--file) or a YAML spec "
-        "with the keys of a models.yaml entry (--spec). Waits until its replicas are ready.",
+        description="Deploy a model: give its weights (--path, --package/--file, or a Hub repository: "
+        "--hf ORG/REPO[:QUANT] / --modelscope ORG/REPO[:QUANT]) or a YAML spec with the keys of a "
+        "models.yaml entry (--spec). Waits until its replicas are ready, showing a Hub download's progress.",
     )
     deploy.add_argument("name", nargs="?", help="model id clients will send (overrides the spec's name)")
     deploy.add_argument("--spec", type=Path, help="YAML file holding one model entry")
     deploy.add_argument("--path", help="GGUF file (made absolute here; must exist on the nodes that load it)")
     deploy.add_argument("--package", help="installed Python package that ships the weights")
-    deploy.add_argument("--file", help="file inside --package")
+    deploy.add_argument(
+        "--file", help="file inside --package; with --hf / --modelscope, a glob picking one GGUF"
+    )
+    deploy.add_argument(
+        "--hf",
+        metavar="ORG/REPO[:QUANT]",
+        help="Hugging Face Hub repository; `:Q4_K_M` picks that GGUF (llama-server's -hf form); "
+        "without it, the repository's one GGUF, or the whole repository for --backend vllm",
+    )
+    deploy.add_argument("--modelscope", metavar="ORG/REPO[:QUANT]", help="ModelScope repository, as --hf")
+    deploy.add_argument("--revision", help="branch, tag or commit of --hf / --modelscope (pinned at deploy)")
     deploy.add_argument("--alias", action="append", default=None, help="another id (repeatable)")
     deploy.add_argument("--backend", help="engine (default llama_cpp)")
     deploy.add_argument("--task", choices=["generate", "embed"])
@@ -184,6 +195,10 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
             source["path"] = str((args.spec.parent / source["path"]).resolve())
     if args.path:
         spec["source"] = {"path": str(Path(args.path).expanduser().resolve())}
+    elif args.hf or args.modelscope:
+        spec["source"] = hub_source("hf" if args.hf else "modelscope", args.hf or args.modelscope, args.file)
+        if args.revision:
+            spec["source"]["revision"] = args.revision
     elif args.package or args.file:
         spec["source"] = {"package": args.package, "file": args.file}
     options = {
@@ -204,6 +219,18 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     if not spec.get("name"):
         raise ClientError("give the model a name (NAME, or `name:` in --spec)")
     return spec
+
+
+def hub_source(hub: str, repo: str, file: str | None) -> dict[str, Any]:
+    """`ORG/REPO:QUANT` as a source: the quantisation names the GGUF (`*QUANT*.gguf`), as in
+    llama-server's `-hf`; an explicit `--file` glob wins."""
+    repo, _, quant = repo.partition(":")
+    source: dict[str, Any] = {hub: repo}
+    if file:
+        source["file"] = file
+    elif quant:
+        source["file"] = f"*{quant}*.gguf"
+    return source
 
 
 def _deploy(http: httpx.Client, args: argparse.Namespace) -> int:
@@ -246,6 +273,18 @@ def _settle(
     return 0
 
 
+def _download_bar(download: dict[str, Any] | None) -> str:
+    """` [#####-----] 41% 40.1/98.4 MB 12.3 MB/s` while a Hub download runs."""
+    if not download or download.get("done"):
+        return ""
+    done, total = int(download["bytes_done"]), max(1, int(download["bytes_total"]))
+    filled = 20 * done // total
+    return (
+        f" [{'#' * filled}{'-' * (20 - filled)}] {100 * done // total}% "
+        f"{done / 1e6:.1f}/{total / 1e6:.1f} MB {float(download['bytes_per_s']) / 1e6:.1f} MB/s"
+    )
+
+
 def _settled(status: dict[str, Any]) -> bool:
     moving = any(r["state"] in ("loading", "draining") for r in status["replicas"])
     return not moving and not status.get("updating")
@@ -256,7 +295,8 @@ def _progress(status: dict[str, Any]) -> str:
     for r in status["replicas"]:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    return f"{status['state']}: {status['ready']}/{status['desired']} ready ({parts or 'no replica'})"
+    line = f"{status['state']}: {status['ready']}/{status['desired']} ready ({parts or 'no replica'})"
+    return line + _download_bar(status.get("download"))
 
 
 def _undeploy(http: httpx.Client, args: argparse.Namespace) -> int:
@@ -296,7 +336,8 @@ def _list(http: httpx.Client, args: argparse.Namespace) -> int:
         )
         for r in d["replicas"]:
             node = (r.get("node_id") or "-")[:12]
-            rows.append(("", f"  {r['state']}", "", "", r["id"], "", "", node, r.get("error") or ""))
+            bar = _download_bar(r.get("download")).strip()
+            rows.append(("", f"  {r['state']}", "", "", r["id"], "", "", node, r.get("error") or bar))
         for e in d.get("scaling_events", [])[-3:]:
             when = time.strftime("%H:%M:%S", time.localtime(e["at"]))
             change = f"{e['from_replicas']} -> {e['to_replicas']}"

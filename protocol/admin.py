@@ -10,6 +10,8 @@ Replica states:
     failed    could not load, or died with no restarts left (`error` says why)
 
 Deployment states:
+    downloading  fewer ready replicas than asked for, and some are fetching weights from a Hub
+                 (`download` says how far; protocol/config.py `ModelSource.hf`)
     loading   fewer ready replicas than asked for, some still loading
     ready     as many ready replicas as asked for
     degraded  serving, but with fewer ready replicas than asked for and none loading
@@ -27,7 +29,23 @@ from raygate.protocol.config import ModelConfig
 from raygate.protocol.policies import RoutingConfig
 
 ReplicaState = Literal["loading", "ready", "draining", "failed"]
-DeploymentState = Literal["loading", "ready", "degraded", "failed"]
+DeploymentState = Literal["downloading", "loading", "ready", "degraded", "failed"]
+
+
+class DownloadProgress(ResponseModel):
+    """A replica fetching its weights from a Hub onto its node (a `loading` replica's first step).
+    Read from the node's cache, so a replica waiting for another's download on the same node
+    shows the same bytes."""
+
+    hub: str = Field(description="`hf` (Hugging Face Hub) or `modelscope`.")
+    repo: str
+    revision: str = Field(description="The commit being fetched.")
+    files: list[str] = Field(description="The files fetched (a GGUF, its split shards, or a model folder's).")
+    bytes_done: int = Field(description="Bytes on this node's disk so far (resumed downloads count theirs).")
+    bytes_total: int
+    bytes_per_s: float = Field(description="Mean rate since the replica started.")
+    done: bool = Field(False, description="Every file is on the node and verified.")
+    cached: bool = Field(False, description="The node already held the files: nothing was downloaded.")
 
 
 class ReplicaStatus(ResponseModel):
@@ -38,6 +56,9 @@ class ReplicaStatus(ResponseModel):
     node_id: str | None = Field(None, description="Ray node the replica runs on, once known.")
     error: str | None = None
     since: float = Field(description="Unix time the replica entered `state`.")
+    download: DownloadProgress | None = Field(
+        None, description="While a loading replica fetches its weights from a Hub (and after)."
+    )
 
 
 class ScalingEvent(ResponseModel):
@@ -70,6 +91,11 @@ class DeploymentStatus(ResponseModel):
     )
     spec: ModelConfig
     replicas: list[ReplicaStatus]
+    download: DownloadProgress | None = Field(
+        None,
+        description="The furthest-behind unfinished download of the deployment's loading replicas "
+        "(state `downloading`).",
+    )
 
 
 class DeploymentList(ResponseModel):

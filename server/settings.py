@@ -397,7 +397,7 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
         if state_file(settings.state_dir).exists():
             return specs
     for spec in specs:
-        if spec.source is not None and spec.backend != "synthetic":
+        if spec.source is not None and spec.source.hub is None and spec.backend != "synthetic":
             try:
                 resolve_model_file(spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:

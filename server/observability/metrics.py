@@ -162,6 +162,17 @@ class GatewayMetrics:
             "Changes of the desired replica count (autoscaler or admin), cluster-wide.",
             registry=r,
         )
+        self.download_bytes = Gauge(
+            f"{PREFIX}model_download_bytes",
+            "A Hub download in progress (the least advanced of the model's loading replicas): "
+            "`kind` done or total; 0 when none runs.",
+            registry=r,
+        )
+        self.download_rate = Gauge(
+            f"{PREFIX}model_download_bytes_per_second",
+            "Mean rate of that download since its replica started; 0 when none runs.",
+            registry=r,
+        )
         self.waiting_for_replica = Gauge(
             f"{PREFIX}num_requests_waiting_for_replica",
             "Requests held while an autoscaled model at zero replicas starts one.",
@@ -227,6 +238,10 @@ class GatewayMetrics:
             self.replicas_desired.set(labels, router.desired)
             self.scaling_events.set(labels, router.scaling_events_total)
             self.waiting_for_replica.set(labels, router.waiting)
+            download = router.download
+            self.download_bytes.set({**labels, "kind": "done"}, download.bytes_done if download else 0)
+            self.download_bytes.set({**labels, "kind": "total"}, download.bytes_total if download else 0)
+            self.download_rate.set(labels, download.bytes_per_s if download else 0)
             if router.config.routing.policy == "prefix_affinity":
                 for outcome in ("hit", "fallback", "miss"):
                     self.affinity.set({**labels, "outcome": outcome}, getattr(router.affinity, outcome))

@@ -84,7 +84,7 @@ async def launch(body: LaunchRequest, request: Request, wait_ready: bool = Query
     status: DeploymentStatus = await cluster.admin("launch", body)
     uid = status.name
     deadline = time.monotonic() + LAUNCH_WAIT_SECONDS
-    while wait_ready and status.state == "loading" and time.monotonic() < deadline:
+    while wait_ready and status.state in ("downloading", "loading") and time.monotonic() < deadline:
         await asyncio.sleep(LAUNCH_POLL_SECONDS)
         status = await cluster.admin("get", uid)
     if wait_ready and status.state == "failed":

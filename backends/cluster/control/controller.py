@@ -40,6 +40,7 @@ from raygate.backends.cluster.runtime.placement import (
 )
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
+from raygate.backends.engines.model_hub import pin
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
 from raygate.protocol.config import ModelConfig
@@ -189,7 +190,7 @@ class Controller:
     async def deploy(self, spec: ModelConfig) -> DeploymentStatus:
         self._boot()
         self._check_ids(spec)
-        await self._validate(spec)
+        spec = await self._validate(spec)
         self._check_ids(spec)  # another deploy may have taken the name while we validated
         deployment = Deployment(spec, self._on_change)
         self._deployments[spec.name] = deployment
@@ -226,7 +227,7 @@ class Controller:
             )
         self._idle(name)
         self._check_ids(spec, replacing=name)
-        await self._validate(spec)
+        spec = await self._validate(spec)
         deployment = self._idle(name)
         self._check_ids(spec, replacing=name)
         deployment.update(spec)
@@ -294,10 +295,17 @@ class Controller:
                     code="model_exists",
                 )
 
-    async def _validate(self, spec: ModelConfig) -> None:
-        """What can be known before starting anything: the weights exist (on this node) and some
-        node of the cluster is big enough for one replica."""
-        if spec.source is not None:
+    async def _validate(self, spec: ModelConfig) -> ModelConfig:
+        """What can be known before starting anything: the weights exist (on this node, or on their
+        Hub: then the spec comes back with its revision pinned to a commit) and some node of the
+        cluster is big enough for one replica."""
+        if spec.source is not None and spec.source.hub is not None:
+            try:
+                source = await asyncio.to_thread(pin, spec.source, folder=spec.backend == "vllm")
+            except ModelFileError as exc:
+                raise BadRequestError(str(exc), param="source") from None
+            spec = spec.model_copy(update={"source": source})
+        elif spec.source is not None:
             if spec.source.path is not None and not Path(spec.source.path).is_absolute():
                 raise BadRequestError(
                     f"`source.path` must be absolute (got `{spec.source.path}`).", param="source"
@@ -316,6 +324,7 @@ class Controller:
         why = await check_feasible(spec)
         if why is not None:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
+        return spec
 
 
 def connect_controller(

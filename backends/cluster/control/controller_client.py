@@ -171,7 +171,7 @@ class ControllerClient:
             raise ModelNotFoundError.for_model(model_id)
         if not router.replicas and not router.servable():
             name = router.config.name
-            if router.state == "loading":
+            if router.state in ("downloading", "loading"):
                 raise ModelLoadingError(f"Model `{name}` is loading; retry shortly.", param="model")
             raise ServiceUnavailableError(
                 f"Model `{name}` has no ready replica: {router.error or 'none is running'}", param="model"

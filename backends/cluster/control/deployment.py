@@ -45,6 +45,7 @@ from raygate.backends.cluster.routing.route_table import DeploymentRoute, Replic
 from raygate.protocol.admin import (
     DeploymentState,
     DeploymentStatus,
+    DownloadProgress,
     ReplicaState,
     ReplicaStatus,
     ScalingEvent,
@@ -79,6 +80,7 @@ class ReplicaRecord:
     context_length: int = 0
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     socket: str = ""
+    download: DownloadProgress | None = None  # while (and after) it fetches Hub weights
     stopping: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -122,8 +124,15 @@ class Deployment:
         if ready >= self.target:
             return "ready"
         if self.count("loading"):
-            return "loading"
+            return "downloading" if self._downloading() else "loading"
         return "degraded" if ready else "failed"
+
+    def _downloading(self) -> DownloadProgress | None:
+        """The least advanced unfinished download among loading replicas."""
+        pending = [
+            r.download for r in self._current() if r.state == "loading" and r.download and not r.download.done
+        ]
+        return min(pending, key=lambda p: p.bytes_done / max(1, p.bytes_total)) if pending else None
 
     def status(self) -> DeploymentStatus:
         return DeploymentStatus(
@@ -140,9 +149,17 @@ class Deployment:
             scaling_events=list(self.events),
             spec=self.spec,
             replicas=[
-                ReplicaStatus(id=r.id, state=r.state, node_id=r.node_id, error=r.error, since=r.since)
+                ReplicaStatus(
+                    id=r.id,
+                    state=r.state,
+                    node_id=r.node_id,
+                    error=r.error,
+                    since=r.since,
+                    download=r.download,
+                )
                 for r in self.replicas
             ],
+            download=self._downloading(),
         )
 
     def route(self) -> DeploymentRoute:
@@ -161,6 +178,7 @@ class Deployment:
             list(self.events),
             self.events_total,
             self.no_room,
+            self._downloading(),
         )
 
     # ---- operations ----------------------------------------------------------------------------
@@ -278,7 +296,12 @@ class Deployment:
     async def _run(self, rec: ReplicaRecord, spec: ModelConfig) -> None:
         t0 = time.monotonic()
         try:
-            info = await wait_started(self._actors, rec.actor, spec)
+            info = await wait_started(
+                self._actors,
+                rec.actor,
+                spec,
+                self._progress_of(rec) if spec.source and spec.source.hub else None,
+            )
         except RayActorError as exc:  # the process or its node died while loading
             if not rec.stopping:
                 await self._on_death(rec, exc)
@@ -292,6 +315,8 @@ class Deployment:
         rec.node_id, rec.context_length = str(info["node_id"]), int(info["context_length"])
         rec.generation_defaults = dict(info.get("generation_defaults") or {})
         rec.socket = str(info.get("socket") or "")
+        if info.get("download"):
+            rec.download = DownloadProgress.model_validate(info["download"])
         log.info("replica %s ready on node %s in %.1fs", rec.id, rec.node_id[:12], time.monotonic() - t0)
         self._set(rec, "ready")
         try:
@@ -299,6 +324,20 @@ class Deployment:
         except Exception as exc:
             if not rec.stopping:
                 await self._on_death(rec, exc)
+
+    def _progress_of(self, rec: ReplicaRecord) -> Callable[[dict[str, Any] | None], None]:
+        """What `wait_started` calls with each reading of the replica's download: recorded, and
+        published (gateways and `/admin` see the bytes move)."""
+
+        def record(progress: dict[str, Any] | None) -> None:
+            if progress is None or rec.stopping:
+                return
+            reading = DownloadProgress.model_validate(progress)
+            if reading != rec.download:
+                rec.download = reading
+                self._on_change(False)
+
+        return record
 
     def _fail(self, rec: ReplicaRecord, reason: str) -> None:
         rec.error = reason[:MAX_REASON_CHARS]

@@ -60,6 +60,36 @@ def check_model_type(model_type: str) -> str:
     return model_type
 
 
+HUBS = {"huggingface": "hf", "modelscope": "modelscope"}
+
+
+def spec_source(spec: ModelSpec, quantization: str) -> dict[str, Any]:
+    """Where a launch's weights come from: the local file or folder of `model_uri`, or, without
+    one, the Hub repository `model_id` on `model_hub` (Xinference's own default), at
+    `model_revision`, the GGUF picked by `model_file_name_template`. A Hub source is checked (and
+    pinned) by the deploy it starts, like any `source: {hf: ...}`."""
+    if spec.model_uri or not spec.model_id:
+        return {"path": str(spec_file(spec, quantization))}
+    if spec.model_format not in FORMAT_ENGINE:
+        raise _bad(f"Model format `{spec.model_format}` cannot be served by Raygate; it runs {SUPPORTED}.")
+    hub = HUBS.get(spec.model_hub)
+    if hub is None:
+        raise _bad(f"`model_hub` must be one of {', '.join(HUBS)} (got `{spec.model_hub[:40]}`).")
+    source: dict[str, Any] = {hub: spec.model_id}
+    if spec.model_format != "pytorch":
+        template = spec.model_file_name_template or f"*{quantization}*.gguf"
+        source["file"] = template.replace("{quantization}", quantization)
+    if spec.model_revision:
+        source["revision"] = spec.model_revision
+    try:
+        ModelSource.model_validate(source)
+    except ValidationError as exc:
+        raise _bad(
+            f"`model_id` / `model_revision` do not name a Hub repository: {exc.errors()[0]['msg']}"
+        ) from None
+    return source
+
+
 def spec_file(spec: ModelSpec, quantization: str) -> Path:
     """The file (GGUF) or folder (Hugging Face) `spec` names for `quantization`; 400 naming it when
     it is not there."""
@@ -67,7 +97,7 @@ def spec_file(spec: ModelSpec, quantization: str) -> Path:
         raise _bad(f"Model format `{spec.model_format}` cannot be served by Raygate; it runs {SUPPORTED}.")
     uri = spec.model_uri
     if not uri:
-        raise _bad("`model_uri` is required: Raygate loads registered models from local files only.")
+        raise _bad("`model_uri` or `model_id` is required: where the weights are, locally or on a Hub.")
     root = uri.removeprefix("file://")
     if not Path(root).expanduser().is_absolute():
         raise _bad(f"`model_uri` must be an absolute path or a file:// URI (got `{uri[:200]}`).")
@@ -187,7 +217,7 @@ class Registrations:
             raise _bad("`prompt_style` renders chats: add `chat` to `model_ability`.")
         for spec in family.model_specs:
             for quantization in spec.quantizations:
-                spec_file(spec, quantization)
+                spec_source(spec, quantization)
         reg = Registration(model_type, family, persist)
         self._entries[(model_type, name)] = reg
         if persist:
@@ -245,7 +275,7 @@ class Registrations:
             body = {
                 "backend": backend,
                 "task": MODEL_TYPE_TASK[reg.model_type],
-                "source": {"path": str(spec_file(spec, quantization))},
+                "source": spec_source(spec, quantization),
                 "engine": self._engine_defaults(reg, backend),
             }
         body.update(name=uid, replicas=req.replica, origin=origin.model_dump(mode="json"))

@@ -11,9 +11,11 @@ or a one-line reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import ray
@@ -25,6 +27,7 @@ from raygate.protocol.config import ModelConfig
 
 LOAD_TIMEOUT_SECONDS = 900.0
 PLACEMENT_CHECK_SECONDS = 2.0
+PROGRESS_POLL_SECONDS = 0.5
 MAX_REASON_CHARS = 600
 # Lines of Ray's actor-death message that identify the actor rather than say what happened.
 _RAY_ID_LINE = re.compile(r"^\s*(class_name|actor_id|pid|name|namespace|ip):")
@@ -68,17 +71,35 @@ class RayActors:
         return await check_feasible(spec)
 
 
-async def wait_started(actors: ReplicaActors, actor: Any, spec: ModelConfig) -> dict[str, Any]:
+async def wait_started(
+    actors: ReplicaActors,
+    actor: Any,
+    spec: ModelConfig,
+    on_progress: Callable[[dict[str, Any] | None], None] | None = None,
+) -> dict[str, Any]:
     """Wait for `start()`, checking now and then that the replica can still be placed at all
-    (a replica waiting for a node that died would otherwise show `loading` forever)."""
+    (a replica waiting for a node that died would otherwise show `loading` forever), and, for a
+    Hub source, reading its download's progress for `on_progress`. The load timeout counts from
+    the end of the download: a big model on a slow link is not a stuck load."""
     started = asyncio.ensure_future(actor.start.remote())
     deadline = time.monotonic() + LOAD_TIMEOUT_SECONDS
+    next_check = time.monotonic() + PLACEMENT_CHECK_SECONDS
+    poll = PROGRESS_POLL_SECONDS if on_progress is not None else PLACEMENT_CHECK_SECONDS
     try:
         while True:
-            done, _ = await asyncio.wait([started], timeout=PLACEMENT_CHECK_SECONDS)
+            done, _ = await asyncio.wait([started], timeout=poll)
             if done:
                 result: dict[str, Any] = started.result()
                 return result
+            if on_progress is not None:
+                with contextlib.suppress(Exception):  # not scheduled yet, or busy: next time
+                    progress = await asyncio.wait_for(actor.progress.remote(), PLACEMENT_CHECK_SECONDS)
+                    on_progress(progress)
+                    if progress is not None and not progress.get("done"):
+                        deadline = time.monotonic() + LOAD_TIMEOUT_SECONDS
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + PLACEMENT_CHECK_SECONDS
             why = await actors.check_feasible(spec)
             if why is not None:
                 raise UnplaceableError(f"cannot be placed: {why}")

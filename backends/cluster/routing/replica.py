@@ -38,8 +38,9 @@ from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
 from raygate.backends.engines.base import Engine, EngineStats
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.model_files import generation_defaults
+from raygate.backends.engines.model_hub import Download
 from raygate.backends.streams import Pump
-from raygate.protocol.config import ModelConfig
+from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
@@ -86,9 +87,16 @@ class ModelWorker:
         self._inflight = 0
         self._draining = False
         self._socket = SocketServer(self.generate)
+        source = config.source
+        self._download = Download(source, folder=config.backend == "vllm") if source and source.hub else None
 
     async def start(self) -> dict[str, Any]:
-        """Load the model; called once by the controller, which treats an exception as `failed`."""
+        """Load the model; called once by the controller, which treats an exception as `failed`.
+        A Hub source is fetched onto this node first (backends/engines/model_hub.py); the engine
+        then loads the local copy."""
+        if self._download is not None:
+            local = await asyncio.to_thread(self._download.run)
+            self._config = self._config.model_copy(update={"source": ModelSource(path=str(local))})
         recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
         engine = make_engine(self._config)
         await engine.start()
@@ -99,7 +107,15 @@ class ModelWorker:
             "context_length": engine.context_length,
             "generation_defaults": recommended,
             "socket": socket or "",
+            "download": await self.progress(),  # the last word: a load may end between two polls
         }
+
+    async def progress(self) -> dict[str, Any] | None:
+        """The Hub download's progress (None for local weights, or before the files are known)."""
+        if self._download is None:
+            return None
+        reading = await asyncio.to_thread(self._download.progress)
+        return reading.model_dump() if reading is not None else None
 
     def _require(self) -> Engine:
         if self._engine is None:

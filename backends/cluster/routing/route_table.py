@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygate.protocol.admin import DeploymentState, ScalingEvent
+from raygate.protocol.admin import DeploymentState, DownloadProgress, ScalingEvent
 from raygate.protocol.config import ModelConfig
 
 
@@ -41,6 +41,7 @@ class DeploymentRoute:
     scaling_events: list[ScalingEvent] = field(default_factory=list)  # the latest ones
     scaling_events_total: int = 0
     no_room: str | None = None  # why an autoscaled model at zero cannot start a replica now
+    download: DownloadProgress | None = None  # the least advanced Hub download while `downloading`
 
 
 @dataclass(slots=True)

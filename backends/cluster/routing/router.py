@@ -47,7 +47,7 @@ from raygate.backends.cluster.routing import socket_stream
 from raygate.backends.cluster.routing.affinity import PrefixTable, prefix_keys, prompt_text
 from raygate.backends.cluster.routing.route_table import DeploymentRoute
 from raygate.backends.cluster.runtime.errors import CALL_ERRORS, REPLICA_ERRORS, Mapped, remote_cause
-from raygate.protocol.admin import DeploymentState, ScalingEvent
+from raygate.protocol.admin import DeploymentState, DownloadProgress, ScalingEvent
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import ModelLoadingError, ServiceUnavailableError
 from raygate.protocol.generation import (
@@ -148,6 +148,7 @@ class ModelRouter:
         self.scaling_events: list[ScalingEvent] = []
         self.scaling_events_total = 0
         self.no_room: str | None = None
+        self.download: DownloadProgress | None = None
         self.affinity = AffinityCounts()
         self.ongoing = 0  # requests inside this router now, waiting for a replica included
         self.waiting = 0  # of which waiting for a replica to become ready
@@ -170,6 +171,7 @@ class ModelRouter:
         self.restarts, self.desired, self.scaling_events = route.restarts, route.desired, route.scaling_events
         self.scaling_events_total = route.scaling_events_total
         self.no_room = route.no_room
+        self.download = route.download
         self._changed.set()  # wake requests waiting for a replica
         self._changed = asyncio.Event()
 
