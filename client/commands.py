@@ -22,6 +22,7 @@ import yaml
 
 from raygate.client import ledger_commands
 from raygate.client.batches import add_batch_commands, run_batch
+from raygate.protocol.config import hub_reference
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_SECONDS = 0.5
@@ -224,12 +225,10 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
 def hub_source(hub: str, repo: str, file: str | None) -> dict[str, Any]:
     """`ORG/REPO:QUANT` as a source: the quantisation names the GGUF (`*QUANT*.gguf`), as in
     llama-server's `-hf`; an explicit `--file` glob wins."""
-    repo, _, quant = repo.partition(":")
+    repo, glob = hub_reference(repo)
     source: dict[str, Any] = {hub: repo}
-    if file:
-        source["file"] = file
-    elif quant:
-        source["file"] = f"*{quant}*.gguf"
+    if file or glob:
+        source["file"] = file or glob
     return source
 
 

@@ -44,6 +44,14 @@ REVISION_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$"
 Hub = Literal["hf", "modelscope"]
 
 
+def hub_reference(ref: str) -> tuple[str, str | None]:
+    """`ORG/REPO[:QUANT]` (llama-server's `-hf`, `raygate deploy --hf`, Ollama's `hf.co/ORG/REPO:QUANT`):
+    the repository, and the glob of the GGUF the quantisation names (`*Q4_K_M*.gguf`; None without
+    a tag, or with Ollama's `latest`)."""
+    repo, _, quant = ref.partition(":")
+    return repo, (f"*{quant}*.gguf" if quant and quant != "latest" else None)
+
+
 class ModelSource(StrictModel):
     """Where the weights are: a file path, a file shipped inside an installed Python package, or a
     repository on the Hugging Face Hub or ModelScope.

@@ -379,6 +379,22 @@ class ModelRequest(RequestModel):
         return name
 
 
+class PullRequest(ModelRequest):
+    """`POST /api/pull`: `hf.co/ORG/REPO:QUANT` deployed from the Hub (server/serving/ollama_pull.py)."""
+
+    insecure: bool | None = None
+    stream: bool | None = None
+
+
+class ProgressResponse(ResponseModel):
+    """One line of `/api/pull`'s progress (the last says `success`)."""
+
+    status: str
+    digest: str | None = None
+    total: int | None = None
+    completed: int | None = None
+
+
 # -- responses ------------------------------------------------------------------------------------
 
 

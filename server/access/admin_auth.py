@@ -25,16 +25,17 @@ from raygate.server.access.auth import bearer_token
 XINFERENCE_REGISTRATIONS = "/v1/model_registrations"
 
 
-# Ollama's `DELETE /api/delete` undeploys a model (server/routes/ollama.py): the admin key's too.
-OLLAMA_DELETE = "/api/delete"
+# Ollama's `DELETE /api/delete` undeploys a model and `POST /api/pull` deploys one
+# (server/routes/ollama.py): the admin key's too.
+OLLAMA_ADMIN_PATHS = ("/api/delete", "/api/pull")
 
 
 def is_admin_path(method: str, path: str) -> bool:
     """Registrations (any method), launch (`POST /v1/models`), terminate (`DELETE /v1/models/{uid}`)
-    and Ollama's delete."""
+    and Ollama's delete and pull."""
     if path == XINFERENCE_REGISTRATIONS or path.startswith(XINFERENCE_REGISTRATIONS + "/"):
         return True
-    if path == OLLAMA_DELETE:
+    if path in OLLAMA_ADMIN_PATHS:
         return True
     return (method == "POST" and path == "/v1/models") or (
         method == "DELETE" and path.startswith("/v1/models/")

@@ -3,8 +3,9 @@
 (names, tags, show, ps). Errors on `/api/…` take Ollama's shape (server/transport/errors.py);
 keys are checked as on `/v1` (server/transport/middleware.py), `/api/delete` wants the admin key.
 
-Ollama's management verbs that Raygate has no concept for are a 400 naming the verb. `/api/pull`
-answers so too until the hub downloads (issue #44) land: `refuse_pull` is its one handler.
+`/api/pull` deploys a Hugging Face GGUF (`hf.co/ORG/REPO:QUANT`, server/serving/ollama_pull.py) and
+`/api/delete` undeploys, both with the admin key; the management verbs Raygate has no concept for
+are a 400 naming the verb.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from raygate.protocol.ollama import (
     ModelRequest,
     OllamaError,
     PsResponse,
+    PullRequest,
     ShowResponse,
     TagsResponse,
     VersionResponse,
@@ -33,7 +35,7 @@ from raygate.protocol.ollama import (
 from raygate.server.access.admin_auth import require_admin_key
 from raygate.server.access.auth import check_model_access
 from raygate.server.context import request_context
-from raygate.server.serving import ollama_models
+from raygate.server.serving import ollama_models, ollama_pull
 from raygate.server.serving.ollama import (
     OllamaEmbeddingsServing,
     OllamaEmbedServing,
@@ -145,10 +147,10 @@ def _refuse(verb: str, why: str) -> OllamaError:
     return OllamaError(f"`{verb}` is not supported by this server: {why}", param=verb)
 
 
-@router.post("/api/pull", response_model=None)
-async def refuse_pull() -> Response:
-    """Until hub downloads land (issue #44); then this route streams their progress."""
-    raise _refuse("pull", "deploy models through /admin/deployments (or `raygate deploy`)")
+@router.post("/api/pull", dependencies=[Depends(require_admin_key)], response_model=None)
+async def pull(body: PullRequest, request: Request) -> Response:
+    """Deploy `hf.co/ORG/REPO:QUANT` from the Hub; NDJSON progress until a replica serves it."""
+    return await ollama_pull.pull(body, request)
 
 
 @router.post("/api/push", response_model=None)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 from fastapi import Request
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.routing.router import ModelRouter
+from raygate.protocol.config import MAX_MODEL_ID_CHARS, hub_reference
 from raygate.protocol.errors import ModelNotFoundError
 from raygate.protocol.ollama import ListedModel, ModelDetails, RunningModel, ShowResponse
 
@@ -31,6 +33,28 @@ FOREVER = datetime(2318, 1, 1, tzinfo=UTC)
 _PARAMETER_NAMES = {"repetition_penalty": "repeat_penalty", "max_tokens": "num_predict"}
 _FORMATS = {"llama_cpp": "gguf", "vllm": "safetensors", "synthetic": "synthetic"}
 _CAPABILITIES = {"generate": ["completion", "tools"], "embed": ["embedding"], "rerank": []}
+
+
+HUB_PREFIXES = ("hf.co/", "huggingface.co/")
+
+
+def hub_repo(name: str) -> tuple[str, str | None] | None:
+    """`hf.co/ORG/REPO[:QUANT]` as the repository and its GGUF glob; None for any other name."""
+    for prefix in HUB_PREFIXES:
+        if name.lower().startswith(prefix):
+            return hub_reference(name[len(prefix) :])
+    return None
+
+
+def pulled_name(name: str) -> str | None:
+    """The deployment an `hf.co/…` reference is pulled into: the repository and quantisation,
+    lower-case, in the characters a model name may hold (`llama-3.2-1b-instruct-gguf-q4_k_m`)."""
+    if hub_repo(name) is None:
+        return None
+    ref = name.split("/", 1)[1]
+    repo, _, quant = ref.partition(":")
+    stem = repo.rsplit("/", 1)[-1] + (f"-{quant}" if quant and quant != "latest" else "")
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:MAX_MODEL_ID_CHARS] or None
 
 
 def not_found(name: str) -> ModelNotFoundError:
@@ -47,6 +71,9 @@ def model_id(request: Request, name: str) -> str:
     A model that is loading or has no replica answers as on `/v1` (503)."""
     cluster = cluster_of(request)
     candidates = [name, name.removesuffix(LATEST)] if name.endswith(LATEST) else [name]
+    pulled = pulled_name(name)
+    if pulled is not None:  # `hf.co/ORG/REPO:QUANT`: the deployment `/api/pull` made of it
+        candidates.append(pulled)
     for candidate in candidates:
         try:
             cluster.get(candidate)

@@ -51,6 +51,7 @@ ACTIONS = {
     ("PUT", "/admin/deployments/{name}"): "update",
     ("DELETE", "/admin/deployments/{name}"): "undeploy",
     ("DELETE", "/api/delete"): "undeploy",  # Ollama's verb for it
+    ("POST", "/api/pull"): "deploy",  # and Ollama's for a Hub deploy
     ("POST", "/admin/keys"): "key.create",
     ("POST", "/admin/keys/{key_id}/rotate"): "key.rotate",
     ("DELETE", "/admin/keys/{key_id}"): "key.revoke",

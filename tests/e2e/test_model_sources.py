@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -388,3 +389,58 @@ def test_an_xinference_launch_by_model_id_deploys_from_the_hub(hub: Hub, gateway
         client.terminate_model(uid)
     finally:
         client.unregister_model("LLM", "hub-xi")
+
+
+def test_ollamas_pull_deploys_a_hub_gguf_and_streams_its_progress(hub: Hub, gateway: GatewayProcess) -> None:
+    """`ollama pull hf.co/ORG/REPO:QUANT` through the `ollama` client: progress lines from the
+    deployment's own download, then the model answers under the name it was pulled by."""
+    name = f"hf.co/{GGUF_REPO}:Q4_1"
+    with ollama.Client(host=gateway.url, timeout=LOAD_TIMEOUT) as client:
+        pull_and_chat(client, hub, gateway, name)
+
+
+def pull_and_chat(client: ollama.Client, hub: Hub, gateway: GatewayProcess, name: str) -> None:
+    try:
+        lines = list(client.pull(name, stream=True))
+        statuses = [line.status for line in lines]
+        assert statuses[0] == "pulling manifest" and statuses[-1] == "success", statuses
+        assert "verifying sha256 digest" in statuses
+        source = deployments_of(gateway.url)["smollm2-gguf-q4_1"]["spec"]["source"]
+        assert (source["hf"], source["file"], source["revision"]) == (
+            GGUF_REPO,
+            "*Q4_1*.gguf",
+            hub.commits[GGUF_REPO],
+        )
+        answer = client.chat(
+            model=name, messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 4}
+        )
+        assert answer.done and (answer.eval_count or 0) > 0
+        assert client.pull(name, stream=False).status == "success"  # pulled already: nothing to do
+    finally:
+        undeploy(gateway.url, "smollm2-gguf-q4_1")
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("llama3.2", "hf.co/ORG/REPO:QUANT"),
+        ("hf.co/raygate-tests/no-such-repo:Q4_K_M", "not found"),
+        (f"hf.co/{GGUF_REPO}:Q5_K_M", "no file matches"),
+    ],
+)
+def test_ollamas_pull_of_what_cannot_be_pulled_is_a_400(
+    gateway: GatewayProcess, name: str, says: str
+) -> None:
+    with (
+        pytest.raises(ollama.ResponseError) as caught,
+        ollama.Client(host=gateway.url, timeout=120) as client,
+    ):
+        client.pull(name)
+    assert caught.value.status_code == 400 and says in caught.value.error, caught.value.error
+    assert not any(n.startswith("no-such-repo") for n in deployments_of(gateway.url))
+
+
+def deployments_of(url: str) -> dict[str, dict[str, Any]]:
+    r = httpx.get(f"{url}/admin/deployments", timeout=30)
+    assert r.status_code == 200, r.text
+    return {d["name"]: d for d in r.json()["data"]}
