@@ -21,7 +21,6 @@ from tests.support.ops import ADMIN_KEY, SMOLLM_KEY, metric, scrape, wait_for
 from tests.support.reasoning import MODEL as REASONER
 from tests.support.suites.ollama import (  # noqa: F401
     HELLO,
-    client as ollama_client,
     ndjson,
     test_bad_inputs_are_400_in_ollamas_body,
     test_chat_stream_lines_parse_and_end_with_done,
@@ -36,6 +35,9 @@ from tests.support.suites.ollama import (  # noqa: F401
     test_tags_show_ps,
     test_tools_forced_call_and_round_trip,
     test_unknown_model_is_ollamas_404,
+)
+from tests.support.suites.ollama import (
+    client as ollama_client,
 )
 
 
