@@ -21,8 +21,16 @@ What Ollama spells differently is mapped here, once:
   `response_format`);
 - `tools` are OpenAI's function tools; a call's `arguments` are an object both ways (OpenAI's
   `tool_choice` is taken too, Raygate's extension: Ollama's own calls are always `auto`);
-- `think` (no reasoning model here yet) is accepted as `false`; `images` (no vision model here
-  yet) are refused as Ollama refuses them for a model without the capability.
+- `think` is the chat body's thinking switch (docs/reasoning.md): `true` is
+  `chat_template_kwargs: {enable_thinking: true}`, `false` the same set to false, `"low"`,
+  `"medium"`, `"high"` are `reasoning_effort` (on, within that effort's budget); unset leaves the
+  model's default. The thinking comes back as `message.thinking` (`thinking` on `/api/generate`),
+  the answer alone in `content` / `response`. Asking a model without a `reasoning:` block to think
+  is Ollama's 400, `"NAME" does not support thinking` (checked in the serving layer, which knows
+  the model); `raw` and `suffix` bypass the template that switches thinking, so they take only
+  `think: false`;
+- `images` (no vision model here yet) are refused as Ollama refuses them for a model without the
+  capability.
 """
 
 from __future__ import annotations
@@ -210,6 +218,18 @@ class _Generating(RequestModel):
             }
         return fields
 
+    def thinks(self) -> bool:
+        """Whether the request asks for thinking (`true` or a level), not merely allows it."""
+        return self.think not in (None, False)
+
+    def _thinking(self) -> dict[str, Any]:
+        """The chat body's thinking fields `think` sets: the switch, or an effort (its budget)."""
+        if isinstance(self.think, bool):
+            return {"chat_template_kwargs": {"enable_thinking": self.think}}
+        if self.think is not None:
+            return {"reasoning_effort": self.think}
+        return {}
+
     @property
     def num_ctx(self) -> int | None:
         return self.options.num_ctx if self.options else None
@@ -240,7 +260,7 @@ class ChatRequest(_Generating):
         return any(m.images for m in self.messages or ())
 
     def to_openai(self, model_id: str) -> ChatCompletionRequest:
-        fields = self._common(model_id)
+        fields = {**self._common(model_id), **self._thinking()}
         fields["messages"] = chat_messages(self.messages or [])
         if self.tools:
             fields["tools"] = [ToolDefinition(type="function", function=t.function) for t in self.tools]
@@ -324,6 +344,7 @@ class GenerateRequest(_Generating):
             fields.setdefault("max_tokens", None)  # Ollama's default: until done, not OpenAI's 16
             completion: CompletionRequest = openai_body(CompletionRequest, fields)
             return completion
+        fields.update(self._thinking())
         turns = [ChatMessageIn(role="system", content=self.system)] if self.system else []
         fields["messages"] = [*turns, ChatMessageIn(role="user", content=self.prompt or "")]
         chat: ChatCompletionRequest = openai_body(ChatCompletionRequest, fields)
@@ -434,12 +455,14 @@ class CallOut(ResponseModel):
 
 
 class MessageOut(NestedOmitsNone):
-    """The assistant's message (a piece of it per streamed line); `tool_calls` only when made."""
+    """The assistant's message (a piece of it per streamed line); `thinking` only from a reasoning
+    model that thought, `tool_calls` only when made."""
 
     role: Literal["assistant"] = "assistant"
     content: str
+    thinking: str | None = None
     tool_calls: list[CallOut] | None = None
-    omit_when_none: ClassVar[frozenset[str]] = frozenset({"tool_calls"})
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"thinking", "tool_calls"})
 
 
 class TokenLogprobOut(ResponseModel):
@@ -488,15 +511,21 @@ class _GenerateHead(NestedOmitsNone):
     model: str
     created_at: str
     response: str
+    thinking: str | None = None
     done: bool
     done_reason: str | None = None
 
 
 class GenerateChunk(Timings, _GenerateHead):
-    """One NDJSON line of `/api/generate` (and the whole non-streamed body)."""
+    """One NDJSON line of `/api/generate` (and the whole non-streamed body); `thinking` only from
+    a reasoning model that thought."""
 
     logprobs: list[LogprobOut] | None = None
-    omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {"done_reason", "logprobs"}
+    omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {
+        "done_reason",
+        "logprobs",
+        "thinking",
+    }
 
 
 class _EmbedHead(NestedOmitsNone):

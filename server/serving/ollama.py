@@ -11,6 +11,10 @@ The timings are measured here, in nanoseconds: `load_duration` is the wait for a
 (a model is loaded before it takes requests, or while a request waits at zero replicas),
 `prompt_eval_duration` the rest of the time to the first token, `eval_duration` from the first
 token to the last, `total_duration` from arrival to the end; the counts are the engine's own.
+
+A reasoning model's thinking (the engine splits it from the answer, `Delta.reasoning`) goes out
+as Ollama's `thinking` beside the answer: `message.thinking` on `/api/chat`, `thinking` on
+`/api/generate`, piece by piece when streamed, whole in the non-streamed body.
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ class OllamaRendering(GenerationServing[Any]):
     (`class X(OllamaRendering, ChatServing)`), whose `sequences` it keeps."""
 
     shape: ClassVar[Shape]
+    # Whether the prompt goes through the chat template (where thinking is switched); not `raw`.
+    templated: ClassVar[bool] = True
     ollama: ChatRequest | GenerateRequest
 
     def _ollama(self, ollama: ChatRequest | GenerateRequest) -> None:
@@ -110,8 +116,13 @@ class OllamaRendering(GenerationServing[Any]):
         self.request.app.state.unknown_fields.note(f"ollama.{self.shape}", self.ollama)
         model = super().resolve()
         name = self.ollama.model
-        if self.ollama.think not in (None, False):
-            raise OllamaError(f'"{name}" does not support thinking', param="think")
+        if self.ollama.thinks():
+            if model.config.reasoning is None:
+                raise OllamaError(f'"{name}" does not support thinking', param="think")
+            if not self.templated:
+                raise OllamaError(
+                    "`think` needs the model's chat template: not with `raw` or `suffix`", param="think"
+                )
         images = self.ollama.images() if isinstance(self.ollama, ChatRequest) else bool(self.ollama.images)
         if images:
             raise OllamaError(f'"{name}" does not support images', param="images")
@@ -166,6 +177,7 @@ class OllamaRendering(GenerationServing[Any]):
         text: str,
         *,
         done: bool,
+        thinking: str | None = None,
         calls: list[CallOut] | None = None,
         reason: str | None = None,
         timings: Timings | None = None,
@@ -174,7 +186,7 @@ class OllamaRendering(GenerationServing[Any]):
         times = timings.model_dump() if timings is not None else {}
         created = timestamp(time.time()) if done else self.created_at
         if self.shape == "chat":
-            message = MessageOut(content=text, tool_calls=calls or None)
+            message = MessageOut(content=text, thinking=thinking or None, tool_calls=calls or None)
             return ChatChunk(
                 model=self.ollama.model,
                 created_at=created,
@@ -188,6 +200,7 @@ class OllamaRendering(GenerationServing[Any]):
             model=self.ollama.model,
             created_at=created,
             response=text,
+            thinking=thinking or None,
             done=done,
             done_reason=reason,
             logprobs=logprobs,
@@ -196,6 +209,10 @@ class OllamaRendering(GenerationServing[Any]):
 
     def _piece(self, delta: Delta) -> str:
         logprobs = self._ollama_logprobs(delta.logprobs)
+        if delta.reasoning:
+            return self._ollama_chunk(
+                delta.text, done=False, thinking=delta.reasoning, logprobs=logprobs
+            ).to_json()
         if logprobs is None:
             # The per-token path: one template render (protocol/templates.py).
             if self._template is None:
@@ -209,6 +226,7 @@ class OllamaRendering(GenerationServing[Any]):
         return self._ollama_chunk(
             text,
             done=True,
+            thinking=tally.thought(0) if not self.streaming else None,
             calls=calls if not self.streaming else None,
             reason=_done_reason(tally),
             timings=self._timings(tally),
@@ -222,7 +240,7 @@ class OllamaRendering(GenerationServing[Any]):
         async with closing(deltas):  # a stalled reader's stream is closed at a `yield`
             async for index, delta in deltas:
                 tally.add(index, delta)
-                if delta.text or (self.ollama.logprobs and delta.logprobs):
+                if delta.text or delta.reasoning or (self.ollama.logprobs and delta.logprobs):
                     yield self._piece(delta)
         calls = _calls(tally.tool_calls(0))
         if calls:
@@ -264,6 +282,7 @@ class OllamaGenerateRawServing(OllamaRendering, CompletionServing):  # type: ign
 
     endpoint: ClassVar[str] = "completions"
     shape: ClassVar[Shape] = "generate"
+    templated: ClassVar[bool] = False
 
     def __init__(self, ollama: GenerateRequest, request: Request, body: Any) -> None:
         CompletionServing.__init__(self, body, request)

@@ -118,7 +118,12 @@ def details(router: ModelRouter) -> ModelDetails:
 
 
 def capabilities(router: ModelRouter) -> list[str]:
-    return list(_CAPABILITIES.get(router.config.task, []))
+    """Ollama's capability names; `thinking` for a reasoning model (its `reasoning:` block)."""
+    config = router.config
+    found = list(_CAPABILITIES.get(config.task, []))
+    if config.task == "generate" and config.reasoning is not None:
+        found.append("thinking")
+    return found
 
 
 def listed(cluster: ControllerClient, name: str) -> ListedModel:

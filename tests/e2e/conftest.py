@@ -21,11 +21,13 @@ import ray
 from raygate.backends.cluster.runtime import connection
 from raygate.backends.cluster.runtime.connection import NAMESPACE
 from tests.support import postmortem
+from tests.support.admin import deployed
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.models import DEFAULT_CONFIG
 
 # The operations tests' own gateway (keys, limits, fault-injection models).
 from tests.support.ops import admin, ops_gateway  # noqa: F401
+from tests.support.reasoning import reasoner_spec
 
 _HERE = Path(__file__).parent
 
@@ -119,3 +121,11 @@ def anthropic_client(gateway: GatewayProcess) -> Iterator[anthropic.Anthropic]:
     module's `gateway`, so tests/e2e/vllm's override makes it the vLLM gateway's there."""
     with anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=300) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def reasoner(gateway: GatewayProcess) -> Iterator[str]:
+    """`tiny-reasoner` (tests/support/reasoning.py) deployed beside the default models for the
+    module (the reasoning tests, Ollama's `think`); tests/e2e/vllm's modules deploy their own."""
+    with deployed(gateway.url, reasoner_spec()) as name:
+        yield name

@@ -8,6 +8,7 @@ gateway (keys and per-key models, a failure after the first line, a client that 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import ollama
@@ -17,8 +18,10 @@ from tests.support.admin import deployments, wait_deployment
 from tests.support.gateway import GatewayProcess
 from tests.support.models import CHAT_MODEL
 from tests.support.ops import ADMIN_KEY, SMOLLM_KEY, metric, scrape, wait_for
+from tests.support.reasoning import MODEL as REASONER
 from tests.support.suites.ollama import (  # noqa: F401
     HELLO,
+    ndjson,
     test_bad_inputs_are_400_in_ollamas_body,
     test_chat_stream_lines_parse_and_end_with_done,
     test_chat_whole_counts_are_the_engines,
@@ -32,6 +35,9 @@ from tests.support.suites.ollama import (  # noqa: F401
     test_tags_show_ps,
     test_tools_forced_call_and_round_trip,
     test_unknown_model_is_ollamas_404,
+)
+from tests.support.suites.ollama import (
+    client as ollama_client,
 )
 
 
@@ -113,3 +119,123 @@ def test_delete_undeploys(ops_gateway: GatewayProcess) -> None:
         with pytest.raises(ollama.ResponseError) as err:
             client.delete("ollama-doomed")
     assert err.value.status_code == 404
+
+
+# -- `think` on a reasoning model ------------------------------------------------------------------
+#
+# `tiny-reasoner`'s template opens `<think>` in the prompt, so with thinking on every answer begins
+# in thinking. Each Ollama answer is compared with `/v1/chat/completions` asked the same way (the
+# same greedy request on the same replica): Ollama's `think` is chat's switch or effort, and its
+# `thinking` / `content` are chat's `reasoning_content` / `content`, never what the model wrote.
+
+THINK_OPTIONS = {"temperature": 0, "num_predict": 12}
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def _v1_chat(gateway: GatewayProcess, **fields: Any) -> dict[str, Any]:
+    body = {"model": REASONER, "messages": QUESTION, "temperature": 0, "max_tokens": 12, **fields}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=300)
+    assert answer.status_code == 200, answer.text
+    reply: dict[str, Any] = answer.json()
+    return reply
+
+
+def _no_markers(*texts: str | None) -> None:
+    for text in texts:
+        assert "<think>" not in (text or "") and "</think>" not in (text or "")
+
+
+@pytest.mark.parametrize(
+    ("think", "v1"),
+    [
+        (True, {"chat_template_kwargs": {"enable_thinking": True}}),
+        (None, {}),  # unset: the model's default (on for tiny-reasoner), still split
+        ("low", {"reasoning_effort": "low"}),
+        ("high", {"reasoning_effort": "high"}),
+    ],
+)
+def test_chat_thinking_apart_from_the_answer(
+    gateway: GatewayProcess, reasoner: str, think: bool | str | None, v1: dict[str, Any]
+) -> None:
+    with ollama_client(gateway) as c:
+        reply = c.chat(model=reasoner, messages=QUESTION, think=think, options=THINK_OPTIONS)  # type: ignore[arg-type]
+    chat = _v1_chat(gateway, **v1)
+    expected = chat["choices"][0]["message"]
+    assert reply.message.thinking  # the template opened the thinking: there is some
+    assert reply.message.thinking == expected["reasoning_content"]
+    assert reply.message.content == (expected["content"] or "")
+    _no_markers(reply.message.thinking, reply.message.content)
+    assert reply.eval_count == chat["usage"]["completion_tokens"]
+    assert reply.done_reason == ("length" if chat["choices"][0]["finish_reason"] == "length" else "stop")
+
+
+def test_chat_thinking_streamed_piece_by_piece(gateway: GatewayProcess, reasoner: str) -> None:
+    with ollama_client(gateway) as c:
+        whole = c.chat(model=reasoner, messages=QUESTION, think=True, options=THINK_OPTIONS)
+        parts = list(
+            c.chat(model=reasoner, messages=QUESTION, think=True, options=THINK_OPTIONS, stream=True)
+        )
+    thought = "".join(p.message.thinking or "" for p in parts)
+    answer = "".join(p.message.content or "" for p in parts)
+    assert sum(1 for p in parts if p.message.thinking) >= 1
+    assert thought == whole.message.thinking and answer == whole.message.content
+    assert parts[-1].done and parts[-1].eval_count == whole.eval_count
+    # The raw lines: `thinking` inside `message`, absent from a line that carries none.
+    lines = ndjson(
+        gateway,
+        "/api/chat",
+        {"model": reasoner, "messages": QUESTION, "think": True, "options": THINK_OPTIONS},
+    )
+    assert "".join(line["message"].get("thinking", "") for line in lines) == whole.message.thinking
+    assert "thinking" not in lines[-1]["message"]
+
+
+def test_chat_think_false_has_no_thinking(gateway: GatewayProcess, reasoner: str) -> None:
+    expected = _v1_chat(gateway, chat_template_kwargs={"enable_thinking": False})["choices"][0]["message"]
+    assert "reasoning_content" not in expected
+    with ollama_client(gateway) as c:
+        reply = c.chat(model=reasoner, messages=QUESTION, think=False, options=THINK_OPTIONS)
+        parts = list(
+            c.chat(model=reasoner, messages=QUESTION, think=False, options=THINK_OPTIONS, stream=True)
+        )
+    assert reply.message.thinking is None and reply.message.content == expected["content"]
+    assert all(p.message.thinking is None for p in parts)
+    assert "".join(p.message.content or "" for p in parts) == reply.message.content
+    _no_markers(reply.message.content)
+
+
+def test_generate_thinking_at_the_top_level(gateway: GatewayProcess, reasoner: str) -> None:
+    with ollama_client(gateway) as c:
+        whole = c.generate(model=reasoner, prompt="What is 2+2?", think=True, options=THINK_OPTIONS)
+        parts = list(
+            c.generate(model=reasoner, prompt="What is 2+2?", think=True, options=THINK_OPTIONS, stream=True)
+        )
+        off = c.generate(model=reasoner, prompt="What is 2+2?", think=False, options=THINK_OPTIONS)
+    expected = _v1_chat(gateway, chat_template_kwargs={"enable_thinking": True})["choices"][0]["message"]
+    assert whole.thinking and whole.thinking == expected["reasoning_content"]
+    assert whole.response == (expected["content"] or "")
+    assert "".join(p.thinking or "" for p in parts) == whole.thinking
+    assert "".join(p.response for p in parts) == whole.response
+    assert off.thinking is None
+    _no_markers(whole.thinking, whole.response, off.response)
+
+
+def test_think_on_a_model_without_thinking_is_ollamas_400(gateway: GatewayProcess, reasoner: str) -> None:
+    with ollama_client(gateway) as c:
+        for think in (True, "medium"):
+            with pytest.raises(ollama.ResponseError) as info:
+                c.chat(model=CHAT_MODEL, messages=HELLO, think=think, options={"num_predict": 2})  # type: ignore[arg-type]
+            assert info.value.status_code == 400
+            assert info.value.error == f'"{CHAT_MODEL}" does not support thinking'
+        with pytest.raises(ollama.ResponseError) as info:
+            c.generate(model=CHAT_MODEL, prompt="hi", think=True, options={"num_predict": 2})
+        assert info.value.status_code == 400
+        # `false` is accepted (nothing to switch off), and a raw prompt skips the template that
+        # switches thinking: it takes `false` only.
+        assert c.chat(model=CHAT_MODEL, messages=HELLO, think=False, options={"num_predict": 2}).done
+        with pytest.raises(ollama.ResponseError) as info:
+            c.generate(model=reasoner, prompt="2+2=", raw=True, think=True, options={"num_predict": 2})
+        assert info.value.status_code == 400 and "raw" in info.value.error
+        shown, plain = c.show(reasoner), c.show(CHAT_MODEL)
+    assert shown.capabilities is not None and "thinking" in shown.capabilities
+    assert plain.capabilities is not None and "thinking" not in plain.capabilities

@@ -10,7 +10,6 @@ the counts, the constraint after the thinking), never what a 135M model happens 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -19,22 +18,15 @@ import httpx
 import openai
 import pytest
 
-from tests.support.admin import deployed
 from tests.support.gateway import GatewayProcess
 from tests.support.openapi import validate
-from tests.support.reasoning import MODEL, reasoner_spec
+from tests.support.reasoning import MODEL
 from tests.support.suites.responses import sse_events
 from tests.support.tools import TOOLS
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 # Thinking for 4 tokens, then the forced end marker, then at least 3 answer tokens.
 BUDGET = {"thinking_token_budget": 4, "min_tokens": 8}
-
-
-@pytest.fixture(scope="module")
-def reasoner(gateway: GatewayProcess) -> Iterator[str]:
-    with deployed(gateway.url, reasoner_spec()) as name:
-        yield name
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, Any]] = QUESTION, **fields: Any) -> Any:

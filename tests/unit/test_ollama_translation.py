@@ -192,3 +192,46 @@ def test_the_done_line_in_ollamas_order() -> None:
     ]
     piece = GenerateChunk(model="m", created_at="t", response="a", done=False)
     assert json.loads(piece.to_json()) == {"model": "m", "created_at": "t", "response": "a", "done": False}
+
+
+@pytest.mark.parametrize(
+    ("think", "switch", "budget"),
+    [
+        (None, None, None),  # the model's default
+        (True, True, None),
+        (False, False, None),
+        ("low", True, 512),  # an effort: on, within its budget (docs/reasoning.md)
+        ("medium", True, 2048),
+        ("high", True, None),  # the model's own budget
+    ],
+)
+def test_think_maps_to_the_chat_bodys_thinking(
+    think: bool | str | None, switch: bool | None, budget: int | None
+) -> None:
+    for body in (
+        chat(think=think).to_openai("m"),
+        GenerateRequest(model="m", prompt="hi", think=think).to_openai("m"),
+    ):
+        assert isinstance(body, ChatCompletionRequest)
+        assert body.thinking()[:2] == (switch, budget)
+    assert chat(think=think).thinks() == (switch is True)
+
+
+def test_think_level_outside_ollamas_is_a_400() -> None:
+    with pytest.raises(ValidationError):
+        chat(think="max")
+
+
+def test_thinking_beside_the_answer_and_only_when_there() -> None:
+    plain = MessageOut(content="4")
+    assert json.loads(plain.to_json()) == {"role": "assistant", "content": "4"}
+    thought = MessageOut(content="4", thinking="2+2")
+    assert list(json.loads(thought.to_json())) == ["role", "content", "thinking"]
+    piece = GenerateChunk(model="m", created_at="t", response="", thinking="hm", done=False)
+    assert json.loads(piece.to_json()) == {
+        "model": "m",
+        "created_at": "t",
+        "response": "",
+        "thinking": "hm",
+        "done": False,
+    }
