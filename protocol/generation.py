@@ -128,6 +128,9 @@ class GenerateRequest:
     tools: ToolsSpec | None = None
     # Completions `suffix`: fill in the middle between `prompt` and `suffix` (needs FIM tokens).
     suffix: str | None = None
+    # LoRA adapters to decode under, by name (`adapters:` of the model's spec) with their scales;
+    # empty: the base model alone. A tuple, so an engine can key its prompt cache by it.
+    lora: tuple[tuple[str, float], ...] = ()
 
     @property
     def prompt_param(self) -> str:
