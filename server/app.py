@@ -25,6 +25,7 @@ from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
 from raygate.server.routes import (
     admin,
+    lora,
     chat,
     completions,
     embeddings,
@@ -129,6 +130,7 @@ def build_app(settings: Settings) -> FastAPI:
         xinference,
         models,
         admin,
+        lora,
         ops,
         tokenize,
         responses,

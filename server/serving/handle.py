@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from raygate.backends.cluster.routing.router import ModelRouter
-from raygate.protocol.config import ModelConfig
+from raygate.protocol.config import AdapterConfig, ModelConfig
 from raygate.protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from raygate.protocol.generation import (
     Delta,
@@ -50,8 +50,10 @@ class ModelHandle:
         ticket: Ticket,
         metrics: GatewayMetrics,
         settings: Settings,
+        adapter: AdapterConfig | None = None,
     ) -> None:
         self._router = router
+        self._lora = ((adapter.name, adapter.scale),) if adapter is not None else ()
         self.config: ModelConfig = router.config
         self._ctx = ctx
         self._ticket = ticket
@@ -93,7 +95,7 @@ class ModelHandle:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         await self._admitted()
-        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
+        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id), lora=self._lora)
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
         first_at: float | None = None
@@ -176,8 +178,9 @@ class ModelHandle:
         )
 
 
-def open_model(request: Request, router: ModelRouter) -> ModelHandle:
-    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router."""
+def open_model(request: Request, router: ModelRouter, adapter: AdapterConfig | None = None) -> ModelHandle:
+    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router; `adapter`:
+    the LoRA adapter the body named as its `model`, applied to every sequence."""
     state = request.app.state
     ctx = request_context(request)
     ctx.model = router.config.name
@@ -190,4 +193,4 @@ def open_model(request: Request, router: ModelRouter) -> ModelHandle:
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    return ModelHandle(router, ctx, ticket, metrics, state.settings)
+    return ModelHandle(router, ctx, ticket, metrics, state.settings, adapter)

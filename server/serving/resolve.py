@@ -49,4 +49,4 @@ def resolve_model(
             f"`{unsupported[0]}` is not supported by the {router.config.backend} backend yet.",
             param=unsupported[0],
         )
-    return open_model(request, router)
+    return open_model(request, router, cluster.adapter(str(getattr(body, "model"))))  # noqa: B009
