@@ -32,7 +32,7 @@ from pathlib import Path
 
 # Same folder as build_vllm_models.py: the adapters are built on its output.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_vllm_models import CACHE, build_smollm2, smollm2_folder  # noqa: E402
+from build_vllm_models import CACHE, build_smollm2, smollm2_folder
 
 FORMAT_VERSION = 1  # bump when the output of `build_adapter` changes
 ADAPTERS = {"smollm2-lora-a": 1234, "smollm2-lora-b": 5678}  # name -> seed
@@ -93,8 +93,10 @@ def build_adapter(name: str, seed: int, base: Path) -> None:
         peft_model.save_pretrained(tmp)
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         subprocess.run(
-            [sys.executable, str(converter()), "--base", str(base), "--outtype", "f32"]
-            + ["--outfile", str(Path(tmp, f"{name}.gguf")), tmp],
+            [
+                *(sys.executable, str(converter()), "--base", str(base), "--outtype", "f32"),
+                *("--outfile", str(Path(tmp, f"{name}.gguf")), tmp),
+            ],
             check=True,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -115,7 +117,9 @@ def check(base: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     messages = [{"role": "user", "content": "Tell me a short story about a cat."}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     model = AutoModelForCausalLM.from_pretrained(base)
     out = model.generate(**ids, max_new_tokens=16, do_sample=False)
     print("base:", repr(tokenizer.decode(out[0][ids["input_ids"].shape[1] :])), file=sys.stderr)

@@ -101,14 +101,20 @@ class AdapterConfig(StrictModel):
         "`convert_lora_to_gguf.py`) or a PEFT folder (vLLM)."
     )
     scale: float = Field(
-        1.0, ge=-100, le=100, allow_inf_nan=False, description="How strongly it applies (llama.cpp's `--lora-scaled`)."
+        1.0,
+        ge=-100,
+        le=100,
+        allow_inf_nan=False,
+        description="How strongly it applies (llama.cpp's `--lora-scaled`).",
     )
 
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if not _NAME.fullmatch(value):
-            raise ValueError(f"adapter name {value[:40]!r} must be like a model name (letters, digits, `._-`)")
+            raise ValueError(
+                f"adapter name {value[:40]!r} must be like a model name (letters, digits, `._-`)"
+            )
         return value
 
 

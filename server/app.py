@@ -25,10 +25,10 @@ from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
 from raygate.server.routes import (
     admin,
-    lora,
     chat,
     completions,
     embeddings,
+    lora,
     messages,
     models,
     ops,

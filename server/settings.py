@@ -315,7 +315,9 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
         m.model_copy(
             update={
                 "source": m.source and anchor_source(m.source, base),
-                "adapters": [a.model_copy(update={"source": anchor_source(a.source, base)}) for a in m.adapters],
+                "adapters": [
+                    a.model_copy(update={"source": anchor_source(a.source, base)}) for a in m.adapters
+                ],
             }
         )
         for m in config.models
@@ -339,7 +341,9 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
             try:
                 resolve_model_file(adapter.source)
             except ModelFileError as exc:
-                raise ConfigError(f"adapter `{adapter.name}` of `{spec.name}` in {settings.config_path}: {exc}") from exc
+                raise ConfigError(
+                    f"adapter `{adapter.name}` of `{spec.name}` in {settings.config_path}: {exc}"
+                ) from exc
     return specs
 
 

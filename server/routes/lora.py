@@ -23,9 +23,13 @@ def _cluster(request: Request) -> ControllerClient:
 
 async def _load(request: Request, body: LoadLoraAdapterRequest) -> DeploymentStatus:
     try:
-        adapter = AdapterConfig(name=body.lora_name, source=ModelSource(path=body.lora_path), scale=body.scale)
+        adapter = AdapterConfig(
+            name=body.lora_name, source=ModelSource(path=body.lora_path), scale=body.scale
+        )
     except ValueError as exc:  # pydantic's ValidationError: a name a model id cannot be
-        raise BadRequestError(f"Invalid LoRA adapter `{body.lora_name[:40]}`: {exc}", param="lora_name") from None
+        raise BadRequestError(
+            f"Invalid LoRA adapter `{body.lora_name[:40]}`: {exc}", param="lora_name"
+        ) from None
     status: DeploymentStatus = await _cluster(request).admin("load_adapter", body.base_model_name, adapter)
     return status
 

@@ -35,7 +35,9 @@ async def list_models(request: Request) -> ModelList:
     ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
     return ModelList(
         data=[
-            ModelCard(id=i, created=cluster.created, task=cluster.get(i).config.task, parent=_parent(cluster, i))
+            ModelCard(
+                id=i, created=cluster.created, task=cluster.get(i).config.task, parent=_parent(cluster, i)
+            )
             for i in ids
         ]
     )

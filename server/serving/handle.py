@@ -95,7 +95,9 @@ class ModelHandle:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         await self._admitted()
-        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id), lora=self._lora)
+        request = dataclasses.replace(
+            request, request_id=self._engine_id(request.request_id), lora=self._lora
+        )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
         first_at: float | None = None

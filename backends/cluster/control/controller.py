@@ -296,7 +296,11 @@ class Controller:
     def _adapter_base(self, base: str | None) -> Deployment:
         """The deployment an adapter goes on: the one named (name or alias), or the only one that
         can take adapters (vLLM's server has one model, and its body names none)."""
-        able = [d for d in self._deployments.values() if d.spec.backend == "llama_cpp" and d.spec.task == "generate"]
+        able = [
+            d
+            for d in self._deployments.values()
+            if d.spec.backend == "llama_cpp" and d.spec.task == "generate"
+        ]
         if base is None:
             if len(able) != 1:
                 raise BadRequestError(

@@ -162,7 +162,9 @@ class ControllerClient:
         self._routers = routers
         self._by_id = {model_id: r for r in routers.values() for model_id in r.config.ids}
         # LoRA adapters reach their base model's router: `model: <adapter>` (docs/lora.md).
-        self._by_id.update({a.name: r for r in routers.values() for a in r.config.adapters if a.name not in self._by_id})
+        self._by_id.update(
+            {a.name: r for r in routers.values() for a in r.config.adapters if a.name not in self._by_id}
+        )
         self._version = table.version
 
     # ---- the request path ----------------------------------------------------------------------

@@ -65,9 +65,9 @@ import numpy as np
 
 from raygate.backends.engines.base import loaded
 from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
-from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
 from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
+from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from raygate.backends.engines.llama_cpp.prompt_store import (

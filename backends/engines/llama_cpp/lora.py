@@ -68,7 +68,8 @@ class LoraAdapters:
             adapter = self._by_name.get(name)
             if adapter is None:
                 raise ModelNotFoundError(
-                    f"The model `{name}` does not exist or you do not have access to it (no such LoRA adapter is loaded).",
+                    f"The model `{name}` does not exist or you do not have access to it "
+                    "(no such LoRA adapter is loaded).",
                     param="model",
                 )
             if scale != 0.0:
