@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.admin import raygate
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 from tests.support.lora import PROMPT, build_adapters
 from tests.support.release import stop_and_release
@@ -213,3 +215,19 @@ def test_bad_adapter_requests_are_refused_by_name(
     assert {m.id for m in lclient.models.list().data} >= {BASE, A, B}
     assert not {"bad-file", "no-file", "x", "y"} & {m.id for m in lclient.models.list().data}
     assert chat(lclient, BASE) == base  # the base kept serving, unchanged
+
+
+def test_the_cli_loads_and_unloads(
+    lclient: openai.OpenAI, adapters: dict[str, Path], lora_gateway: tuple[GatewayProcess, Path]
+) -> None:
+    url, env = lora_gateway[0].url, {**os.environ, "RAYGATE_ADMIN_KEY": ADMIN_KEY}
+    a = chat(lclient, A)
+    done = raygate("load-adapter", "cli-d", str(adapters[A]), "--model", BASE, url=url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert chat(lclient, "cli-d") == a
+    bad = raygate("load-adapter", "cli-e", "/nowhere/e.gguf", url=url, env=env)
+    assert bad.returncode != 0 and "/nowhere/e.gguf" in bad.stderr
+    done = raygate("unload-adapter", "cli-d", url=url, env=env)
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(openai.NotFoundError, match="cli-d"):
+        chat(lclient, "cli-d")
