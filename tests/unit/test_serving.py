@@ -88,7 +88,6 @@ class FakeCluster:
 
     def adapter(self, model_id: str) -> None:
         """The model has no LoRA adapters."""
-        return None
 
 
 # A new endpoint on the base: the body, the engine requests, a chunk, a final body. That is all.
