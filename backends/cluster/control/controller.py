@@ -261,9 +261,15 @@ class Controller:
         path = adapter.source.path
         if path is not None and not (Path(path).is_absolute() or path.startswith("~")):
             raise BadRequestError(f"`lora_path` must be absolute (got `{path}`).", param="lora_path")
+        actors = deployment.ready_actors()
+        if not actors:  # none to ask (autoscaled to zero, loading): at least the file must be here
+            try:
+                await asyncio.to_thread(resolve_model_file, adapter.source)
+            except ModelFileError as exc:
+                raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
         loaded: list[Any] = []
         try:
-            for actor in deployment.ready_actors():
+            for actor in actors:
                 await actor.load_adapter.remote(name, adapter.source)
                 loaded.append(actor)
         except Exception as exc:
