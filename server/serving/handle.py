@@ -129,6 +129,11 @@ class ModelHandle:
             return
         self._metrics.prompt_tokens.add(self._labels, last.prompt_tokens)
         self._metrics.generation_tokens.add(self._labels, last.completion_tokens)
+        for name, _ in self._lora:
+            lora = {**self._labels, "lora_name": name}
+            self._metrics.lora_generation_tokens.add(lora, last.completion_tokens)
+            if last.finish_reason is not None:
+                self._metrics.lora_sequences.inc(lora)
         if last.finish_reason is None:
             return  # cut short (client gone, timeout, failure): no latency sample
         self._metrics.success.inc({**self._labels, "finished_reason": last.finish_reason})

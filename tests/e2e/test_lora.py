@@ -231,3 +231,12 @@ def test_the_cli_loads_and_unloads(
     assert done.returncode == 0, done.stderr
     with pytest.raises(openai.NotFoundError, match="cli-d"):
         chat(lclient, "cli-d")
+
+
+def test_metrics_per_adapter(lclient: openai.OpenAI, lora_gateway: tuple[GatewayProcess, Path]) -> None:
+    chat(lclient, A)
+    text = httpx.get(f"{lora_gateway[0].url}/metrics", timeout=30).text
+    rows = [line for line in text.splitlines() if line.startswith("raygate:lora_sequences_total{")]
+    mine = [line for line in rows if f'lora_name="{A}"' in line and f'model_name="{BASE}"' in line]
+    assert mine and float(mine[0].rsplit(" ", 1)[1]) >= 1, rows
+    assert any(line.startswith("raygate:lora_generation_tokens_total{") for line in text.splitlines())
