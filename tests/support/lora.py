@@ -8,21 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILDER = ROOT / "models" / "build_lora_adapters.py"
-ADAPTERS = ("smollm2-lora-a", "smollm2-lora-b")
-FORMAT_VERSION = 1  # models/build_lora_adapters.py's
+BUILDER = Path(__file__).resolve().parents[2] / "models" / "build_lora_adapters.py"
 # A prompt with many likely answers: a random adapter moves its greedy answer, where a question
 # with one confident answer ("the capital of France") may keep it.
 PROMPT = "Tell me a short story about a cat."
 
 
-def adapter_gguf(name: str) -> Path:
-    return Path(f"~/.cache/raygate/models/{name}-v{FORMAT_VERSION}/{name}.gguf").expanduser()
-
-
 def build_adapters() -> dict[str, Path]:
-    """Name -> GGUF path of each adapter, building what is missing (a minute or two, once)."""
-    if not all(adapter_gguf(name).is_file() for name in ADAPTERS):
-        subprocess.run([sys.executable, str(BUILDER)], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return {name: adapter_gguf(name) for name in ADAPTERS}
+    """Name -> GGUF path of each adapter, as the builder prints them; it builds what is missing
+    (a minute or two, once per machine) and answers at once after that."""
+    done = subprocess.run(
+        [sys.executable, str(BUILDER)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    pairs = (line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    return {name: Path(path) for name, path in pairs}
