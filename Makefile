@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser postgres vllm-setup reasoning-model serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
+.PHONY: setup browser postgres vllm-setup reasoning-model lora-setup serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -69,8 +69,12 @@ vllm-setup: $(VENV)/.vllm-installed
 reasoning-model: setup $(if $(findstring vllm,$(CONFIG)),vllm-setup)
 	$(BIN)/python models/build_reasoning_model.py $(if $(findstring vllm,$(CONFIG)),--hf)
 
-# A config for vLLM on the CPU (or a reasoning example) gets what it needs first.
-serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup) $(if $(findstring reasoning,$(CONFIG)),reasoning-model)
+# ... and the test LoRA adapters examples/lora.yaml serves (peft, torch: the same install).
+lora-setup: $(VENV)/.vllm-installed
+	$(BIN)/python models/build_lora_adapters.py
+
+# A config for vLLM on the CPU, a reasoning example or the test adapters gets what it needs first.
+serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup) $(if $(findstring reasoning,$(CONFIG)),reasoning-model) $(if $(findstring lora,$(CONFIG)),lora-setup)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.

@@ -115,6 +115,16 @@ def add_client_commands(sub: Any) -> None:
         help="seconds in-flight requests may take to finish (default: %(default)s)",
     )
 
+    load = sub.add_parser("load-adapter", parents=[common], help="load a LoRA adapter on a model")
+    load.add_argument("name", help="the adapter's name: what clients then send as `model`")
+    load.add_argument("path", help="its GGUF LoRA file on the replicas' nodes (absolute or ~/...)")
+    load.add_argument("--model", help="the base model (name or alias); needed when several can take it")
+    load.add_argument(
+        "--scale", type=float, default=1.0, help="how strongly it applies (default: %(default)s)"
+    )
+    unload = sub.add_parser("unload-adapter", parents=[common], help="unload a LoRA adapter")
+    unload.add_argument("name")
+
     listing = sub.add_parser("list", parents=[common], help="list deployments and their replicas")
     listing.add_argument("--json", action="store_true", help="print the raw JSON")
 
@@ -142,7 +152,15 @@ def add_client_commands(sub: Any) -> None:
 def run_client(args: argparse.Namespace) -> int:
     if args.command == "batch":
         return run_batch(args)
-    commands = {"deploy": _deploy, "scale": _scale, "undeploy": _undeploy, "list": _list, "chat": _chat}
+    commands = {
+        "deploy": _deploy,
+        "scale": _scale,
+        "undeploy": _undeploy,
+        "load-adapter": _load_adapter,
+        "unload-adapter": _unload_adapter,
+        "list": _list,
+        "chat": _chat,
+    }
     for name in ("usage", "keys", "audit"):
         commands[name] = _ledger(getattr(ledger_commands, name))
     headers = {"Authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
@@ -309,6 +327,24 @@ def _undeploy(http: httpx.Client, args: argparse.Namespace) -> int:
     )
     how = "drained" if result["drained"] else "timed out draining; in-flight requests were cut"
     print(f"undeployed {args.name}: {how} in {result['seconds']:.1f}s")
+    return 0
+
+
+def _load_adapter(http: httpx.Client, args: argparse.Namespace) -> int:
+    body = {
+        "lora_name": args.name,
+        "lora_path": args.path,
+        "base_model_name": args.model,
+        "scale": args.scale,
+    }
+    status = _call(http, "POST", "/admin/adapters", json=body, timeout=300)
+    print(f"loaded adapter {args.name} on {status['name']}")
+    return 0
+
+
+def _unload_adapter(http: httpx.Client, args: argparse.Namespace) -> int:
+    status = _call(http, "DELETE", f"/admin/adapters/{args.name}", timeout=300)
+    print(f"unloaded adapter {args.name} from {status['name']}")
     return 0
 
 

@@ -144,3 +144,31 @@ class MetricsHistory(ResponseModel):
 
     interval_s: float
     models: dict[str, ModelMetricsSeries]
+
+
+class LoadLoraAdapterRequest(StrictModel):
+    """Body of `POST /v1/load_lora_adapter` (vLLM's) and `POST /admin/adapters` (docs/lora.md)."""
+
+    lora_name: str = Field(description="The id clients then send as `model`.")
+    lora_path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="The adapter's file on the replicas' nodes: an absolute path or `~/...` (a GGUF "
+        "LoRA for llama.cpp).",
+    )
+    base_model_name: str | None = Field(
+        None,
+        description="The model it goes on (name or alias); may be left out when only one model can "
+        "take adapters. Raygate's field.",
+    )
+    scale: float = Field(1.0, ge=-100, le=100, allow_inf_nan=False, description="How strongly it applies.")
+    # vLLM's, accepted and unused: an adapter is one name here.
+    lora_int_id: int | None = None
+    load_inplace: bool = False
+
+
+class UnloadLoraAdapterRequest(StrictModel):
+    """Body of `POST /v1/unload_lora_adapter` (vLLM's)."""
+
+    lora_name: str = Field(description="The adapter to take off its model.")
+    lora_int_id: int | None = None

@@ -152,6 +152,35 @@ class ModelSource(StrictModel):
         return self.hf or self.modelscope or ""
 
 
+class AdapterConfig(StrictModel):
+    """A LoRA adapter served on its model: clients send its `name` as `model` (docs/lora.md)."""
+
+    name: str = Field(
+        description="The id clients send as `model` for the base model with this adapter: like a "
+        "model name, and unique among every model id and adapter of the gateway."
+    )
+    source: ModelSource = Field(
+        description="The adapter's weights: a GGUF LoRA (llama.cpp, from llama.cpp's "
+        "`convert_lora_to_gguf.py`) or a PEFT folder (vLLM)."
+    )
+    scale: float = Field(
+        1.0,
+        ge=-100,
+        le=100,
+        allow_inf_nan=False,
+        description="How strongly it applies (llama.cpp's `--lora-scaled`).",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(
+                f"adapter name {value[:40]!r} must be like a model name (letters, digits, `._-`)"
+            )
+        return value
+
+
 class ModelLimits(StrictModel):
     """Admission and time limits for one model; `None` means unbounded (or: use the gateway default).
 
@@ -322,6 +351,13 @@ class ModelConfig(StrictModel):
         "(protocol/xinference.py); `GET /v1/models/{uid}` describes the model with it.",
     )
 
+    adapters: list[AdapterConfig] = Field(
+        default_factory=list,
+        max_length=256,
+        description="LoRA adapters on this model, each requested as `model: <adapter name>` "
+        "(docs/lora.md); `POST /v1/load_lora_adapter` adds one at run time.",
+    )
+
     generation_config: str = Field(
         "auto",
         min_length=1,
@@ -382,6 +418,16 @@ class ModelConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _unique_adapters(self) -> ModelConfig:
+        names = [a.name for a in self.adapters]
+        for name in names:
+            if names.count(name) > 1 or name in self.ids:
+                raise ValueError(f"adapter name `{name}` is listed twice or is one of the model's ids")
+        if names and (self.backend != "llama_cpp" or self.task != "generate"):
+            raise ValueError("`adapters` need `backend: llama_cpp` and `task: generate`")
+        return self
+
+    @model_validator(mode="after")
     def _one_replica_count(self) -> ModelConfig:
         if self.autoscaling is not None and "replicas" in self.model_fields_set:
             raise ValueError("give either `replicas` (a fixed count) or `autoscaling` (a range), not both")
@@ -412,7 +458,7 @@ class GatewayConfig(StrictModel):
     def _unique_ids(self) -> GatewayConfig:
         seen: set[str] = set()
         for model in self.models:
-            for model_id in model.ids:
+            for model_id in [*model.ids, *(a.name for a in model.adapters)]:
                 if model_id in seen:
                     raise ValueError(f"model id `{model_id}` is used twice")
                 seen.add(model_id)

@@ -128,6 +128,9 @@ class GenerateRequest:
     tools: ToolsSpec | None = None
     # Completions `suffix`: fill in the middle between `prompt` and `suffix` (needs FIM tokens).
     suffix: str | None = None
+    # LoRA adapters to decode under, by name (`adapters:` of the model's spec) with their scales;
+    # empty: the base model alone. A tuple, so an engine can key its prompt cache by it.
+    lora: tuple[tuple[str, float], ...] = ()
     # Thinking on a reasoning model (docs/reasoning.md). `thinking`: the per-request switch that
     # every API maps onto (chat's `chat_template_kwargs.enable_thinking` and `reasoning_effort`,
     # Responses' `reasoning.effort`, Anthropic's `thinking.type`, Ollama's `think`); None leaves

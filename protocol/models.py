@@ -26,12 +26,14 @@ class ModelCard(ResponseModel):
     # honours (vLLM's extensions, protocol/extensions.py) and the deployment's `defaults:`.
     sampling_parameters: list[str] | None = None
     sampling_defaults: dict[str, Any] | None = None
+    # A LoRA adapter's base model (vLLM's field): the deployment it runs on. Absent for models.
+    parent: str | None = None
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: Any) -> dict[str, Any]:
         """Absent, not null, where they do not apply (lists, embedding models)."""
         data: dict[str, Any] = handler(self)
-        for key in ("task", "sampling_parameters", "sampling_defaults"):
+        for key in ("task", "sampling_parameters", "sampling_defaults", "parent"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -383,8 +383,16 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
     the start here, before Ray starts (a persisted registry overrides the config, whose weights
     are then not used). A misspelt `engine:` key stops it either way: the file is wrong.
     """
+    base = settings.config_path.parent
     specs = [
-        m.model_copy(update={"source": m.source and anchor_source(m.source, settings.config_path.parent)})
+        m.model_copy(
+            update={
+                "source": m.source and anchor_source(m.source, base),
+                "adapters": [
+                    a.model_copy(update={"source": anchor_source(a.source, base)}) for a in m.adapters
+                ],
+            }
+        )
         for m in config.models
     ]
     for spec in specs:  # a typo in the file is an error even where a persisted registry wins
@@ -402,6 +410,13 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
                 resolve_model_file(spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
+        for adapter in spec.adapters:
+            try:
+                resolve_model_file(adapter.source)
+            except ModelFileError as exc:
+                raise ConfigError(
+                    f"adapter `{adapter.name}` of `{spec.name}` in {settings.config_path}: {exc}"
+                ) from exc
     return specs
 
 

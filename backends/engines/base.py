@@ -206,6 +206,15 @@ class Engine(abc.ABC):
         need no engine support: the gateway ranks them by cosine similarity of `embed` vectors."""
         raise BadRequestError(f"{type(self).__name__} does not serve rerank.", param="model")
 
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter that requests then name in `GenerateRequest.lora` (docs/lora.md).
+        Raises BadRequestError naming the adapter when the file is not one for this model."""
+        raise BadRequestError(f"{type(self).__name__} does not serve LoRA adapters.", param="lora_name")
+
+    async def unload_adapter(self, name: str) -> None:
+        """Forget a LoRA adapter: new requests for it are refused; running ones finish with it."""
+        raise BadRequestError(f"{type(self).__name__} does not serve LoRA adapters.", param="lora_name")
+
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         """vLLM's `/tokenize`: the ids (and their texts) the model would see for a prompt or chat."""
         raise UnsupportedParameterError(

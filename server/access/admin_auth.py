@@ -23,6 +23,8 @@ from raygate.server.access.auth import bearer_token
 # Xinference's API (server/routes/xinference.py) changes the registry under /v1: these requests want
 # the admin key, not a client's API key (the middleware leaves them to `require_admin_key`).
 XINFERENCE_REGISTRATIONS = "/v1/model_registrations"
+# vLLM's run-time LoRA endpoints (server/routes/lora.py) change the registry too.
+LORA_ADMIN_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 
 
 # Ollama's `DELETE /api/delete` undeploys a model and `POST /api/pull` deploys one
@@ -32,10 +34,10 @@ OLLAMA_ADMIN_PATHS = ("/api/delete", "/api/pull")
 
 def is_admin_path(method: str, path: str) -> bool:
     """Registrations (any method), launch (`POST /v1/models`), terminate (`DELETE /v1/models/{uid}`)
-    and Ollama's delete and pull."""
+    and Ollama's delete and pull, and vLLM's LoRA load/unload."""
     if path == XINFERENCE_REGISTRATIONS or path.startswith(XINFERENCE_REGISTRATIONS + "/"):
         return True
-    if path in OLLAMA_ADMIN_PATHS:
+    if path in OLLAMA_ADMIN_PATHS or path in LORA_ADMIN_PATHS:
         return True
     return (method == "POST" and path == "/v1/models") or (
         method == "DELETE" and path.startswith("/v1/models/")

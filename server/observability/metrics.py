@@ -127,6 +127,13 @@ class GatewayMetrics:
         self.http_requests = Counter(
             f"{PREFIX}http_requests_total", "HTTP requests by endpoint, status code and model.", registry=r
         )
+        # Per LoRA adapter (docs/lora.md): labels `model_name` (the base) and `lora_name`.
+        self.lora_sequences = Counter(
+            f"{PREFIX}lora_sequences_total", "Sequences that finished, by LoRA adapter.", registry=r
+        )
+        self.lora_generation_tokens = Counter(
+            f"{PREFIX}lora_generation_tokens_total", "Tokens generated, by LoRA adapter.", registry=r
+        )
         self.rejected = Counter(
             f"{PREFIX}requests_rejected_total",
             "Requests refused before reaching an engine, by reason.",

@@ -34,8 +34,18 @@ async def list_models(request: Request) -> ModelList:
     key = request_context(request).key
     ids = [i for i in cluster.model_ids() if key is None or key.allows(cluster.get(i).config.ids)]
     return ModelList(
-        data=[ModelCard(id=i, created=cluster.created, task=cluster.get(i).config.task) for i in ids]
+        data=[
+            ModelCard(
+                id=i, created=cluster.created, task=cluster.get(i).config.task, parent=_parent(cluster, i)
+            )
+            for i in ids
+        ]
     )
+
+
+def _parent(cluster: ControllerClient, model_id: str) -> str | None:
+    """The base model's name when `model_id` is a LoRA adapter (vLLM lists adapters so)."""
+    return cluster.get(model_id).config.name if cluster.adapter(model_id) else None
 
 
 @router.get("/v1/models/{model_id:path}")
@@ -69,6 +79,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
         replica=config.replicas,
         ready_replicas=len(router.replicas),
         state=router.state,
+        parent=_parent(cluster, model_id),
     )
 
 

@@ -25,7 +25,7 @@ from fastapi import Request
 
 from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.backends.cluster.stores.ledger_db import UsageRecord
-from raygate.protocol.config import ModelConfig
+from raygate.protocol.config import AdapterConfig, ModelConfig
 from raygate.protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from raygate.protocol.generation import (
     Delta,
@@ -76,8 +76,10 @@ class ModelHandle:
         ticket: Ticket,
         metrics: GatewayMetrics,
         settings: Settings,
+        adapter: AdapterConfig | None = None,
     ) -> None:
         self._router = router
+        self._lora = ((adapter.name, adapter.scale),) if adapter is not None else ()
         self.config: ModelConfig = router.config
         self._ctx = ctx
         self._ticket = ticket
@@ -143,7 +145,9 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
-        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
+        request = dataclasses.replace(
+            request, request_id=self._engine_id(request.request_id), lora=self._lora
+        )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
         first_at: float | None = None
@@ -180,6 +184,11 @@ class ModelHandle:
             self.usage.cached_tokens += last.cached_tokens or 0
         self._metrics.prompt_tokens.add(self._labels, last.prompt_tokens)
         self._metrics.generation_tokens.add(self._labels, last.completion_tokens)
+        for name, _ in self._lora:
+            lora = {**self._labels, "lora_name": name}
+            self._metrics.lora_generation_tokens.add(lora, last.completion_tokens)
+            if last.finish_reason is not None:
+                self._metrics.lora_sequences.inc(lora)
         if last.finish_reason is None:
             return  # cut short (client gone, timeout, failure): no latency sample
         self._metrics.success.inc({**self._labels, "finished_reason": last.finish_reason})
@@ -259,9 +268,12 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
         writer.usage(record, urgent=ctx.key is not None and ctx.key.budget is not None)
 
 
-def open_model(request: Request, router: ModelRouter, endpoint: str = "") -> ModelHandle:
+def open_model(
+    request: Request, router: ModelRouter, endpoint: str = "", adapter: AdapterConfig | None = None
+) -> ModelHandle:
     """Admit the request to `router`'s model (or refuse it with 429) and wrap the router; its
-    usage is recorded under `endpoint` when the request ends."""
+    usage is recorded under `endpoint` when the request ends. `adapter`: the LoRA adapter the body
+    named as its `model`, applied to every sequence."""
     state = request.app.state
     ctx = request_context(request)
     ctx.model = router.config.name
@@ -277,6 +289,6 @@ def open_model(request: Request, router: ModelRouter, endpoint: str = "") -> Mod
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    handle = ModelHandle(router, ctx, ticket, metrics, state.settings)
+    handle = ModelHandle(router, ctx, ticket, metrics, state.settings, adapter)
     ctx.on_close(lambda: record_usage(request, handle, endpoint))
     return handle

@@ -53,4 +53,4 @@ def resolve_model(
     priority = getattr(body, "priority", None)
     if isinstance(priority, int):
         ctx.priority = priority
-    return open_model(request, router, endpoint)
+    return open_model(request, router, endpoint, cluster.adapter(str(getattr(body, "model"))))  # noqa: B009

@@ -3,6 +3,8 @@ load sum, placement room, prefix keys and the prefix table, and the spec's valid
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pydantic import ValidationError
 
@@ -85,6 +87,17 @@ def test_prefix_keys_share_the_common_blocks_only() -> None:
     assert longer[:2] == one and len(longer) == 3
     assert len(prefix_keys("y" * 10_000, 256, 4)) == 4
     assert prefix_keys("short", 256, 4) == [] and prefix_keys("", 256, 4) == []  # under one block
+
+
+def test_prefix_keys_of_one_prompt_differ_by_lora_adapter() -> None:
+    """A replica caches a prefix under one adapter set only: affinity must not send a request for
+    adapter b to where the same prompt ran under adapter a (or under the base)."""
+    base = _chat("You are terse. " * 40, "a question")
+    keys = {
+        lora: tuple(prefix_keys(prompt_text(dataclasses.replace(base, lora=lora)), 256, 64))
+        for lora in [(), (("a", 1.0),), (("b", 1.0),), (("a", 0.5),)]
+    }
+    assert len(set(keys.values())) == 4 and all(keys.values())
 
 
 def test_prefix_table_prefers_the_longest_known_prefix_on_a_live_replica() -> None:

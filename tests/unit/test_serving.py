@@ -86,6 +86,9 @@ class FakeCluster:
             raise ModelNotFoundError.for_model(model_id)
         return self.router
 
+    def adapter(self, model_id: str) -> None:
+        """The model has no LoRA adapters."""
+
 
 # A new endpoint on the base: the body, the engine requests, a chunk, a final body. That is all.
 class ShoutBody(RequestModel):

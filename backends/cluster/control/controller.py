@@ -32,6 +32,7 @@ from raygate.backends.cluster.control.autoscaler import LoadReports
 from raygate.backends.cluster.control.deployment import UPDATE_DRAIN_SECONDS, Deployment
 from raygate.backends.cluster.control.registrations import Registrations
 from raygate.backends.cluster.routing.route_table import RouteTable
+from raygate.backends.cluster.runtime.errors import remote_cause
 from raygate.backends.cluster.runtime.placement import (
     check_feasible,
     invalid_options,
@@ -43,8 +44,8 @@ from raygate.backends.engines.model_files import ModelFileError, resolve_model_f
 from raygate.backends.engines.model_hub import pin
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
-from raygate.protocol.config import ModelConfig
-from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError
+from raygate.protocol.config import AdapterConfig, ModelConfig
+from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError, OpenAIError
 from raygate.protocol.xinference import LaunchRequest, ModelFamily
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,88 @@ class Controller:
         log.info("undeployed %s (drained=%s)", name, drained)
         return UndeployResult(name=name, drained=drained, seconds=round(time.monotonic() - t0, 3))
 
+    # ---- LoRA adapters (docs/lora.md) ---------------------------------------------------------
+
+    async def load_adapter(self, base: str | None, adapter: AdapterConfig) -> DeploymentStatus:
+        """Load `adapter` into every ready replica of `base`, then add it to the spec (persisted;
+        what new replicas load). A replica that refuses it undoes the others: all or none."""
+        self._boot()
+        deployment = self._adapter_base(base)
+        name = adapter.name
+        for other in self._deployments.values():
+            if name in _all_ids(other.spec):
+                raise BadRequestError(
+                    f"`{name}` is already a model or adapter of deployment `{other.spec.name}`.",
+                    param="lora_name",
+                    code="model_exists",
+                )
+        path = adapter.source.path
+        if path is not None and not (Path(path).is_absolute() or path.startswith("~")):
+            raise BadRequestError(f"`lora_path` must be absolute (got `{path}`).", param="lora_path")
+        actors = deployment.ready_actors()
+        if not actors:  # none to ask (autoscaled to zero, loading): at least the file must be here
+            try:
+                await asyncio.to_thread(resolve_model_file, adapter.source)
+            except ModelFileError as exc:
+                raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
+        loaded: list[Any] = []
+        try:
+            for actor in actors:
+                await actor.load_adapter.remote(name, adapter.source)
+                loaded.append(actor)
+        except Exception as exc:
+            for actor in loaded:
+                with contextlib.suppress(Exception):
+                    await actor.unload_adapter.remote(name)
+            cause = remote_cause(exc)
+            if isinstance(cause, OpenAIError):
+                raise cause from None
+            raise BadRequestError(f"Cannot load LoRA adapter `{name}`: {exc}", param="lora_path") from None
+        deployment.set_adapters([*deployment.spec.adapters, adapter])
+        log.info("loaded LoRA adapter %s on %s", name, deployment.spec.name)
+        return deployment.status()
+
+    async def unload_adapter(self, name: str) -> DeploymentStatus:
+        """Take `name` off its model: refused to new requests at once, its running requests finish."""
+        self._boot()
+        for deployment in self._deployments.values():
+            kept = [a for a in deployment.spec.adapters if a.name != name]
+            if len(kept) == len(deployment.spec.adapters):
+                continue
+            deployment.set_adapters(kept)  # gateways stop sending requests for it first
+            for actor in deployment.ready_actors():
+                with contextlib.suppress(Exception):  # a replica that has not got it has nothing to do
+                    await actor.unload_adapter.remote(name)
+            log.info("unloaded LoRA adapter %s from %s", name, deployment.spec.name)
+            return deployment.status()
+        raise ModelNotFoundError(f"There is no LoRA adapter named `{name}`.", param="lora_name")
+
+    def _adapter_base(self, base: str | None) -> Deployment:
+        """The deployment an adapter goes on: the one named (name or alias), or the only one that
+        can take adapters (vLLM's server has one model, and its body names none)."""
+        able = [
+            d
+            for d in self._deployments.values()
+            if d.spec.backend == "llama_cpp" and d.spec.task == "generate"
+        ]
+        if base is None:
+            if len(able) != 1:
+                raise BadRequestError(
+                    "Name the model the adapter goes on in `base_model_name`: "
+                    f"{len(able)} deployments can take LoRA adapters.",
+                    param="base_model_name",
+                )
+            return able[0]
+        for deployment in self._deployments.values():
+            if base in deployment.spec.ids:
+                if deployment not in able:
+                    raise BadRequestError(
+                        f"Model `{base}` cannot take LoRA adapters (llama.cpp generation models can).",
+                        param="base_model_name",
+                    )
+                return deployment
+        raise ModelNotFoundError(f"There is no deployment named `{base}`.", param="base_model_name")
+
     # ---- Xinference's face of the registry (protocol/xinference.py) ---------------------------
 
     async def registrations(self, model_type: str, detailed: bool) -> list[dict[str, Any]]:
@@ -287,7 +370,7 @@ class Controller:
         for other in self._deployments.values():
             if other.spec.name in (spec.name, replacing):
                 continue
-            taken = sorted(set(spec.ids) & set(other.spec.ids))
+            taken = sorted(_all_ids(spec) & _all_ids(other.spec))
             if taken:
                 raise BadRequestError(
                     f"Model id `{taken[0]}` is already served by deployment `{other.spec.name}`.",
@@ -325,6 +408,11 @@ class Controller:
         if why is not None:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
         return spec
+
+
+def _all_ids(spec: ModelConfig) -> set[str]:
+    """Every `model` that reaches `spec`: its name, aliases and adapters."""
+    return {*spec.ids, *(a.name for a in spec.adapters)}
 
 
 def connect_controller(

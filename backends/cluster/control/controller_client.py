@@ -27,6 +27,7 @@ from raygate.backends.cluster.control.autoscaler import REPORT_SECONDS
 from raygate.backends.cluster.routing.route_table import RouteTable
 from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.backends.cluster.runtime.errors import CONTROLLER_ERRORS
+from raygate.protocol.config import AdapterConfig
 from raygate.protocol.errors import ModelLoadingError, ModelNotFoundError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,10 @@ class ControllerClient:
             routers[route.spec.name] = router
         self._routers = routers
         self._by_id = {model_id: r for r in routers.values() for model_id in r.config.ids}
+        # LoRA adapters reach their base model's router: `model: <adapter>` (docs/lora.md).
+        self._by_id.update(
+            {a.name: r for r in routers.values() for a in r.config.adapters if a.name not in self._by_id}
+        )
         self._version = table.version
 
     # ---- the request path ----------------------------------------------------------------------
@@ -177,6 +182,13 @@ class ControllerClient:
                 f"Model `{name}` has no ready replica: {router.error or 'none is running'}", param="model"
             )
         return router
+
+    def adapter(self, model_id: str) -> AdapterConfig | None:
+        """The LoRA adapter `model_id` names, if it names one (its router is `get(model_id)`)."""
+        router = self._by_id.get(model_id)
+        if router is None or model_id in router.config.ids:
+            return None
+        return next((a for a in router.config.adapters if a.name == model_id), None)
 
     def model_ids(self) -> list[str]:
         """Ids (names and aliases) of the models that can serve: a ready replica, or autoscaled (a

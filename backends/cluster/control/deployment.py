@@ -50,7 +50,7 @@ from raygate.protocol.admin import (
     ReplicaStatus,
     ScalingEvent,
 )
-from raygate.protocol.config import ModelConfig
+from raygate.protocol.config import AdapterConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +266,15 @@ class Deployment:
         if spec.autoscaling != self.spec.autoscaling:
             self.autoscaler = Autoscaler(spec.autoscaling) if spec.autoscaling else None
         self.spec = spec
+
+    def set_adapters(self, adapters: list[AdapterConfig]) -> None:
+        """A LoRA adapter loaded into (or unloaded from) the running replicas: the spec changes
+        (persisted, and what new replicas load) without restarting anything."""
+        self.spec = self.spec.model_copy(update={"adapters": adapters})
+        self._on_change(True)
+
+    def ready_actors(self) -> list[Any]:
+        return [r.actor for r in self._current() if r.state == "ready"]
 
     def _current(self) -> list[ReplicaRecord]:
         """Replicas of the serving spec that are not on their way out."""

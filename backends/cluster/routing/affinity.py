@@ -23,12 +23,15 @@ _ROLE_END, _TURN_END = "\x1e", "\x1f"
 
 
 def prompt_text(request: GenerateRequest) -> str:
-    """The prompt as one string, in the order the engine reads it (a chat template keeps the order)."""
+    """The prompt as one string, in the order the engine reads it (a chat template keeps the order),
+    after the LoRA adapter set it decodes under: a replica's cache holds a prefix under one set
+    only (docs/lora.md), so the same prompt under another adapter is another prefix."""
+    lora = "".join(f"{name}{_ROLE_END}{scale}{_TURN_END}" for name, scale in request.lora)
     if request.messages is not None:
-        return "".join(f"{m.role}{_ROLE_END}{m.content}{_TURN_END}" for m in request.messages)
+        return lora + "".join(f"{m.role}{_ROLE_END}{m.content}{_TURN_END}" for m in request.messages)
     if isinstance(request.prompt, list):
-        return " ".join(map(str, request.prompt))
-    return request.prompt or ""
+        return lora + " ".join(map(str, request.prompt))
+    return lora + (request.prompt or "")
 
 
 def prefix_keys(text: str, block_chars: int, max_blocks: int) -> list[bytes]:

@@ -37,10 +37,11 @@ from raygate.backends.cluster.routing.socket_stream import SocketServer
 from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
 from raygate.backends.engines.base import Engine, EngineStats
 from raygate.backends.engines.factory import make_engine
-from raygate.backends.engines.model_files import generation_defaults
+from raygate.backends.engines.model_files import ModelFileError, generation_defaults, resolve_model_file
 from raygate.backends.engines.model_hub import Download
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import (
     Delta,
     EmbedRequest,
@@ -100,6 +101,8 @@ class ModelWorker:
         recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
         engine = make_engine(self._config)
         await engine.start()
+        for adapter in self._config.adapters:  # a bad one fails the replica, naming it
+            await engine.load_adapter(adapter.name, str(resolve_model_file(adapter.source)))
         self._engine = engine
         socket = await self._socket.start() if self._config.task == "generate" else None
         return {
@@ -148,6 +151,17 @@ class ModelWorker:
 
     async def inflight(self) -> int:
         return self._inflight
+
+    async def load_adapter(self, name: str, source: ModelSource) -> None:
+        """A LoRA adapter added at run time (`POST /v1/load_lora_adapter`), read on this node."""
+        try:
+            path = resolve_model_file(source)
+        except ModelFileError as exc:
+            raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
+        await self._require().load_adapter(name, str(path))
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._require().unload_adapter(name)
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         engine = self._admit()

@@ -39,6 +39,12 @@ other sequence would stall with it). Its feeds never block; a sequence whose rea
 bound behind (`feed.full`: the client reads nothing) is left out of the next decodes, keeping its
 slot and its sampled token, until its reader catches up or the stream is closed (cancel).
 
+LoRA adapters (`lora.py`): each decode carries the sequences of one adapter set, so a step with
+requests for several sets makes one `llama_decode` per set, switching the context's set between
+them (never mixing sets in one decode). A slot remembers the set its cells were computed under and
+gives its prefix only to a prompt under the same set; the host store and the kept logits serve
+base-model prompts only.
+
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
 """
@@ -51,7 +57,8 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -60,6 +67,7 @@ from raygate.backends.engines.base import loaded
 from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
 from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
 from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
+from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from raygate.backends.engines.llama_cpp.prompt_store import (
@@ -109,7 +117,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._n_batch = int(kwargs.pop("n_batch", 512))
         self._model_path = model_path
         self._kwargs = {**kwargs, "n_ctx": _TOKENIZER_CTX, "verbose": False}
-        self._incoming: queue.SimpleQueue[RunningSequence] = queue.SimpleQueue()
+        # None: no sequence, only a wake-up for `_commands` (work for the scheduler thread).
+        self._incoming: queue.SimpleQueue[RunningSequence | None] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = queue.SimpleQueue()
+        self._lora = LoraAdapters()
+        self._slot_keys: list[LoraKey | None] = [() for _ in range(self._n_seq)]
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
@@ -156,6 +168,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 out = SequenceOutput(model.llm, request, job, feed.put, self._stats)
                 top = request.sampling.prompt_logprobs
                 seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
+                seq.lora = self._lora.key(request.lora)
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
@@ -168,7 +181,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         """Draw the first token of a prompt whose logits are kept, at once, even while a decode
         runs: logits are a function of the prompt alone, whatever a slot holds by the time the
         sequence is admitted. Returns True if the sequence ended there (it needs no slot)."""
-        kept = self._kept.get(seq.prompt) if self._prompt_cache and seq.prompt_top is None else None
+        usable = self._prompt_cache and seq.prompt_top is None and not seq.lora
+        kept = self._kept.get(seq.prompt) if usable else None
         if kept is None:
             return False
         seq.out.builder.cached_tokens = len(seq.prompt)
@@ -193,32 +207,42 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         used = [0] * self._n_seq  # when each slot last took a request (LRU)
         running: dict[int, RunningSequence] = {}
         while True:
+            self._run_commands()
             self._admit(running, cached, used)
             for slot, seq in list(running.items()):
                 if seq.cancel.is_set():
                     self._finish(seq, "abort")
                     del running[slot]
+            self._free_retired(running)
             if not running:
                 continue
-            try:
-                outputs, scored = fill(batch, running, cached, self._n_batch)
-                if not batch.batch.n_tokens:  # every sequence waits for its reader
-                    time.sleep(PAUSED_POLL_SECONDS)
-                    continue
-                self._decode_batch(batch)
-            except Exception as exc:
-                for slot, seq in running.items():
-                    cached[slot] = []
-                    self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-                    self._fail(seq, exc)
-                running.clear()
-                continue
-            for slot, first_row, start, n in scored:
-                if not self._score_prompt(running[slot], first_row, start, n):
-                    del running[slot]
-            for slot, row in outputs:
-                if slot in running and self._step(running[slot], row):
-                    del running[slot]
+            groups: dict[LoraKey, dict[int, RunningSequence]] = {}
+            for slot, seq in running.items():
+                groups.setdefault(seq.lora, {})[slot] = seq
+            decoded = False
+            for key, group in groups.items():
+                try:
+                    outputs, scored = fill(batch, group, cached, self._n_batch)
+                    if not batch.batch.n_tokens:  # every sequence of the group waits for its reader
+                        continue
+                    self._lora.apply(self._ctx.ctx, key)
+                    self._decode_batch(batch)
+                    decoded = True
+                except Exception as exc:
+                    for slot, seq in running.items():
+                        cached[slot] = []
+                        self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+                        self._fail(seq, exc)
+                    running.clear()
+                    break
+                for slot, first_row, start, n in scored:
+                    if not self._score_prompt(running[slot], first_row, start, n):
+                        del running[slot]
+                for slot, row in outputs:
+                    if slot in running and self._step(running[slot], row):
+                        del running[slot]
+            if running and not decoded:
+                time.sleep(PAUSED_POLL_SECONDS)
 
     def _step(self, seq: RunningSequence, row: int, kept: np.ndarray | None = None) -> bool:
         """Sample this sequence's next token from its own row of the batch's logits (or from
@@ -227,7 +251,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         try:
             if seq.first:
                 seq.first = False
-                if kept is None and self._prompt_cache and seq.prompt_top is None:
+                if kept is None and self._prompt_cache and seq.prompt_top is None and not seq.lora:
                     n_vocab = loaded(self._model).llm.n_vocab()
                     logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
                     self._kept.put(seq.prompt, np.ctypeslib.as_array(logits, shape=(n_vocab,)))
@@ -273,6 +297,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = self._incoming.get_nowait() if running else self._wait(cached, used)
             except queue.Empty:
                 return
+            if seq is None:
+                self._run_commands()
+                continue
             drawn = not seq.first  # its first token came from kept logits (`generate`)
             if seq.cancel.is_set():
                 self._finish(seq, "abort")
@@ -281,10 +308,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             slot = pick_slot(free, cached, used, seq.prompt, running)
             # Prompt logprobs need every position's logits: nothing cached can be reused.
             reuse = self._prompt_cache and seq.prompt_top is None
-            shared = common_prefix(cached[slot], seq.prompt) if reuse else 0
-            entry, stored = self._store.best(seq.prompt) if reuse else (None, 0)
-            if len(cached[slot]) - shared > STORE_MIN_TOKENS:  # what the prompt would overwrite
-                self._store_slot(slot, cached[slot])
+            same = self._slot_keys[slot] == seq.lora
+            shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
+            entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
+            if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
+                self._store_slot(slot, cached[slot])  # what the prompt would overwrite
             if entry is not None and stored > shared + STORE_MIN_TOKENS:
                 shared = self._restore(slot, cached, entry, stored)
             # A drawn first token needs no logits: the prompt's cells are all it needs, and a
@@ -296,13 +324,14 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             used[slot] = next(self._clock)
+            self._slot_keys[slot] = seq.lora
             seq.slot, seq.fed = slot, keep
             seq.out.builder.cached_tokens = keep
             if seq.prompt_top is None:
                 self._stats.count_prompt_cache(keep)
             running[slot] = seq
 
-    def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence:
+    def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:
         """The next sequence, when none runs. Before waiting, the slots a new prompt is likely to
         take go to the host store: the least recently used (`pick_slot`'s choice for a new prompt
         with nothing running) and the one that just finished (sharing most with a prompt that
@@ -319,7 +348,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             for slot in dict.fromkeys((by_age[0], by_age[-1])):
                 if not self._incoming.empty():
                     break
-                if len(cached[slot]) > STORE_MIN_TOKENS:
+                if len(cached[slot]) > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
                     self._store_slot(slot, cached[slot])
         return self._incoming.get()
 
@@ -360,6 +389,43 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         if written:
             del state[written:]
             self._store.put(tokens, state)
+
+    # -- LoRA adapters (lora.py): loaded and freed on the scheduler thread ------------------------
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        model = loaded(self._model)
+        await self._on_scheduler(lambda: self._lora.load(model.llm._model.model, name, path))
+
+    async def unload_adapter(self, name: str) -> None:
+        """Refused to new requests at once; the running ones finish under it, then it is freed."""
+        loaded(self._model)
+        self._lora.unload(name)
+        await self._on_scheduler(lambda: None)  # the scheduler frees it between decodes
+
+    def _on_scheduler(self, work: Callable[[], None]) -> asyncio.Future[None]:
+        done: Future[None] = Future()
+        self._commands.put((work, done))
+        self._incoming.put(None)  # wakes a scheduler that waits for a sequence
+        return asyncio.wrap_future(done)
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                work, done = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work()
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+    def _free_retired(self, running: dict[int, RunningSequence]) -> None:
+        freed = self._lora.free_retired(self._ctx.ctx, (seq.lora for seq in running.values()))
+        for slot, key in enumerate(self._slot_keys):
+            if key and any(adapter in freed for adapter, _ in key):
+                self._slot_keys[slot] = None  # the address may come back as another adapter
 
     def _decode_batch(self, batch: Any) -> None:
         with self._stats.forward(batch.batch.n_tokens):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
+from raygate.backends.engines.llama_cpp.lora import LoraKey
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.streams import ThreadFeed
 from raygate.protocol.generation import Delta, TokenLogprob
@@ -33,6 +34,7 @@ class RunningSequence:
     fed: int = 0  # prompt tokens already in the KV cache
     next_token: int | None = None  # sampled, not yet fed back
     first: bool = True  # nothing sampled yet: the next logits row is the prompt's last position
+    lora: LoraKey = ()  # the LoRA adapter set it decodes under (lora.py); () the base model
 
     @property
     def cancel(self) -> threading.Event:

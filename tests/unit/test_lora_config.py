@@ -1,0 +1,54 @@
+"""A model's `adapters:` (docs/lora.md): what the config refuses before anything loads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from raygate.protocol.config import GatewayConfig, ModelConfig
+from raygate.server.access.admin_auth import is_admin_path
+
+SOURCE = {"path": "/models/base.gguf"}
+
+
+def _model(name: str = "base", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "source": SOURCE, **extra}
+
+
+def _adapter(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "source": {"path": f"/models/{name}.gguf"}, **extra}
+
+
+def test_adapters_are_part_of_the_spec() -> None:
+    spec = ModelConfig.model_validate(_model(adapters=[_adapter("a"), _adapter("b", scale=0.5)]))
+    assert [(a.name, a.scale) for a in spec.adapters] == [("a", 1.0), ("b", 0.5)]
+    assert ModelConfig.model_validate(spec.model_dump()) == spec  # registry.json round trip
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"adapters": [_adapter("a"), _adapter("a")]}, "`a`"),
+        ({"aliases": ["x"], "adapters": [_adapter("x")]}, "`x`"),
+        ({"adapters": [_adapter("bad name")]}, "bad name"),
+        ({"adapters": [_adapter("a", scale=float("nan"))]}, "scale"),
+        ({"backend": "vllm", "adapters": [_adapter("a")]}, "llama_cpp"),
+        ({"task": "embed", "adapters": [_adapter("a")]}, "generate"),
+    ],
+)
+def test_bad_adapters_are_refused_by_name(extra: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        ModelConfig.model_validate(_model(**extra))
+
+
+def test_an_adapter_name_is_a_model_id_of_the_whole_config() -> None:
+    with pytest.raises(ValidationError, match="`other` is used twice"):
+        GatewayConfig.model_validate({"models": [_model(adapters=[_adapter("other")]), _model("other")]})
+
+
+def test_vllms_lora_endpoints_want_the_admin_key() -> None:
+    assert is_admin_path("POST", "/v1/load_lora_adapter")
+    assert is_admin_path("POST", "/v1/unload_lora_adapter")
+    assert not is_admin_path("POST", "/v1/chat/completions")
