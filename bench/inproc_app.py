@@ -78,6 +78,10 @@ class InProcessRegistry:
             raise ModelNotFoundError.for_model(model_id)
         return router
 
+    def adapter(self, model_id: str) -> None:
+        """No LoRA adapters here: every id is a model's own."""
+        return None
+
     def model_ids(self) -> list[str]:
         return list(self._by_id)
 
