@@ -93,6 +93,6 @@ def answers(model: type[BaseModel], *, stream: bool = False) -> dict[int | str, 
     """A route's `responses=` for the 200 it writes itself (as a `Response`, so FastAPI cannot see
     the model): the JSON body, and with `stream` the server-sent events `"stream": true` asks for."""
     content: dict[str, Any] = {"application/json": {}}
-    if stream:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+    if stream:  # each event's data is a JSON object of its own (its API's chunk or event types)
+        content["text/event-stream"] = {}
     return {200: {"model": model, "content": content}}
