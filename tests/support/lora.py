@@ -26,3 +26,23 @@ def build_adapters() -> dict[str, Path]:
     )
     pairs = (line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
     return {name: Path(path) for name, path in pairs}
+
+
+def assert_each_got_its_own(
+    jobs: list[tuple[str | None, str]], together: list[str], alone: list[str]
+) -> None:
+    """Requests sent at once each answered with their own adapter: each text follows the answer its
+    (adapter, prompt) gave alone further than any other adapter's answer to that prompt does.
+
+    Not `together == alone`: a batch's rows go through LoRA's matrix products in groups whose size
+    depends on timing, and those kernels round differently for different row counts, so on a busy
+    machine a greedy answer may leave the lone one late in the text; an adapter mixed up with
+    another leaves it where the two adapters' answers part."""
+
+    def shared(x: str, y: str) -> int:
+        return next((k for k, (a, b) in enumerate(zip(x, y, strict=False)) if a != b), min(len(x), len(y)))
+
+    for i, ((lora, prompt), text) in enumerate(zip(jobs, together, strict=True)):
+        others = [alone[j] for j, (o, p) in enumerate(jobs) if p == prompt and o != lora]
+        own = shared(text, alone[i])
+        assert all(own > shared(text, other) for other in others), (lora, prompt, text, alone[i], others)
