@@ -79,8 +79,7 @@ class InProcessRegistry:
         return router
 
     def adapter(self, model_id: str) -> None:
-        """No LoRA adapters here: every id is a model's own."""
-        return None
+        """No LoRA adapters here: every id is a model's own (None)."""
 
     def model_ids(self) -> list[str]:
         return list(self._by_id)

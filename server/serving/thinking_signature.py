@@ -28,7 +28,7 @@ def _key(request: Request) -> bytes:
 
 
 def sign(request: Request, thinking: str) -> str:
-    digest = hmac.new(_key(request), thinking.encode(), hashlib.sha256).digest()
+    digest = hmac.new(_key(request), thinking.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
     return base64.b64encode(digest).decode()
 
 
@@ -36,7 +36,9 @@ def check_returned(request: Request, body: MessagesInput) -> None:
     """Every `thinking` block sent back must carry the signature this gateway gave it."""
     for where, block in body.thinking_blocks():
         expected = sign(request, block.thinking or "")
-        if block.signature is None or not hmac.compare_digest(block.signature, expected):
+        # As bytes: `compare_digest` refuses a str with non-ASCII characters (the fuzz sent one).
+        given = None if block.signature is None else block.signature.encode("utf-8", "surrogatepass")
+        if given is None or not hmac.compare_digest(given, expected.encode()):
             raise BadRequestError(
                 "Invalid `signature` in a `thinking` block: send thinking blocks back unchanged.",
                 param=f"{where}.signature",

@@ -226,6 +226,10 @@ def test_anthropic_thinking_block_is_signed_and_verified(
     with pytest.raises(anthropic.BadRequestError) as info:
         _anthropic(anthropic_client, messages=follow)
     assert "signature" in str(info.value)
+    turn["content"][0]["signature"] = "sïgnature"  # non-ASCII: once a 500 (found by the fuzz)
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _anthropic(anthropic_client, messages=follow)
+    assert "signature" in str(info.value)
 
 
 def test_anthropic_stream_thinking_deltas(anthropic_client: anthropic.Anthropic, reasoner: str) -> None:
