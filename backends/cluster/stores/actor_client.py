@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
-from raygate.backends.cluster.runtime.errors import STORE_ERRORS
+from raygate.backends.cluster.runtime.errors import STORE_ERRORS, ErrorTable
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,9 @@ class StoreActorClient:
     it died under the call) it is looked up and called again, up to RESTART_WAIT_S, then 503."""
 
     what = "store"
+    errors: ErrorTable = STORE_ERRORS
+    # A method that raised inside the actor: as it came (False), or through `errors` (True).
+    map_task_errors = False
 
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
@@ -43,8 +46,12 @@ class StoreActorClient:
                 return await getattr(self._actor, method).remote(*args)
             except RayActorError as exc:
                 if time.monotonic() + pause > deadline:
-                    raise STORE_ERRORS.error(exc, self.what) from None
+                    raise self.errors.error(exc, self.what) from None
                 log.warning("%s unreachable (%s); calling it again", self.what, type(exc).__name__)
+            except RayTaskError as exc:
+                if not self.map_task_errors:
+                    raise
+                raise self.errors.error(exc, self.what) from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
             self._actor = await asyncio.to_thread(self._connect)

@@ -15,27 +15,24 @@ next `admit` sees it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
 
 from raygate.backends.cluster.runtime.errors import LEDGER_ERRORS
 from raygate.backends.cluster.runtime.placement import state_actor_options
+from raygate.backends.cluster.stores.actor_client import StoreActorClient
 from raygate.backends.cluster.stores.ledger_db import LedgerDB, StoredKey, UnknownKeyError, UsageRecord
 from raygate.protocol.ledger import AuditEntry, KeyBudget, KeyCreate, KeyCreated, KeyInfo, UsageRow
 
 log = logging.getLogger(__name__)
 
 LEDGER_NAME = "ledger"
-RESTART_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,30 +164,13 @@ def connect_ledger(
     )
 
 
-class LedgerClient:
-    """The gateway's handle on the ledger: async calls; a lost actor is looked up again until
-    RESTART_WAIT_S, then 503."""
+class LedgerClient(StoreActorClient):
+    """The gateway's handle on the ledger (`StoreActorClient`'s retries); what the ledger itself
+    refuses is mapped through LEDGER_ERRORS."""
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
-        self._connect = connect
-        self._actor: Any = None
-
-    async def start(self) -> dict[str, Any]:
-        self._actor = await asyncio.to_thread(self._connect)
-        info: dict[str, Any] = await self._actor.info.remote()
-        return info
+    what = "ledger"
+    errors = LEDGER_ERRORS
+    map_task_errors = True
 
     async def call(self, method: str, *args: Any) -> Any:
-        deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
-        while True:
-            try:
-                return await getattr(self._actor, method).remote(*args)
-            except RayTaskError as exc:
-                raise LEDGER_ERRORS.error(exc, "ledger") from None
-            except RayActorError as exc:
-                if time.monotonic() + pause > deadline:
-                    raise LEDGER_ERRORS.error(exc, "ledger") from None
-                log.warning("ledger unreachable (%s); calling it again", type(exc).__name__)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            self._actor = await asyncio.to_thread(self._connect)
+        return await self._call(method, *args)
