@@ -126,7 +126,7 @@ fuzz: setup
 	RAYGATE_FUZZ_EXAMPLES=200 $(BIN)/python -m pytest tests/e2e/test_ops_fuzz.py -s --timeout 1800
 
 # Faults under mixed traffic on a two-raylet cluster (tests/e2e/test_ops_chaos.py): a fault every ~2
-# minutes for CHAOS_MINUTES, then the tables docs/operations.md quotes (also in build/chaos.md).
+# minutes for CHAOS_MINUTES, then its tables (also written to build/chaos.md).
 # Exit status 0 only when every rule held. `make test` runs 5 minutes of it.
 CHAOS_MINUTES ?= 60
 chaos: setup

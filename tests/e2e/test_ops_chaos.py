@@ -9,7 +9,7 @@ open files growing.
 `make test` runs RAYGATE_CHAOS_MINUTES=5 of it (the fault kinds more often than every two minutes,
 the commonest first: each waits for the last to heal, so a loaded machine gets through three or
 four); `make chaos CHAOS_MINUTES=60` runs the hour with a fault every ~2 minutes
-and prints the tables docs/operations.md quotes.
+and prints its tables (`make chaos` also writes them to build/chaos.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the chaos run checks and how it says so: outcomes per API, errors judged against the fault
-windows, heal times, and each process's growth; as Markdown tables (docs/operations.md quotes one).
+windows, heal times, and each process's growth; as Markdown tables.
 """
 
 from __future__ import annotations
