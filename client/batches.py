@@ -17,23 +17,16 @@ from typing import Any
 
 import httpx
 
+from raygate.client.http import ClientError, add_url_option, checked
+
 FINAL = ("completed", "failed", "expired", "cancelled")
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 BAR_WIDTH = 30
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-class BatchCommandError(RuntimeError):
-    """What to print before exiting 1."""
 
 
 def add_batch_commands(sub: Any) -> None:
     keyed = argparse.ArgumentParser(add_help=False)
-    keyed.add_argument(
-        "--url",
-        default=os.environ.get("RAYGATE_URL", DEFAULT_URL),
-        help="gateway to talk to (env RAYGATE_URL; default: %(default)s)",
-    )
+    add_url_option(keyed)
     keyed.add_argument(
         "--api-key",
         default=os.environ.get("RAYGATE_API_KEY") or None,
@@ -75,7 +68,7 @@ def run_batch(args: argparse.Namespace) -> int:
             base_url=args.url.rstrip("/"), headers=headers, timeout=httpx.Timeout(120.0)
         ) as http:
             return commands[args.batch_command](http, args)
-    except BatchCommandError as exc:
+    except ClientError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 1
     except httpx.HTTPError as exc:
@@ -84,26 +77,19 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def _call(http: httpx.Client, method: str, path: str, **kw: Any) -> httpx.Response:
-    r = http.request(method, path, **kw)
-    if r.status_code >= 400:
-        try:
-            message = r.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = r.text[:500]
-        raise BatchCommandError(f"{r.status_code}: {message}")
-    return r
+    return checked(http, method, path, **kw)
 
 
 def _submit(http: httpx.Client, args: argparse.Namespace) -> int:
     try:
         content = args.file.read_bytes()
     except OSError as exc:
-        raise BatchCommandError(f"cannot read {args.file}: {exc.strerror}") from None
+        raise ClientError(f"cannot read {args.file}: {exc.strerror}") from None
     metadata = {}
     for item in args.metadata:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise BatchCommandError(f"--metadata wants KEY=VALUE, got `{item}`")
+            raise ClientError(f"--metadata wants KEY=VALUE, got `{item}`")
         metadata[key] = value
     uploaded = _call(
         http, "POST", "/v1/files", files={"file": (args.file.name, content)}, data={"purpose": "batch"}
@@ -129,7 +115,7 @@ def _follow(http: httpx.Client, batch: dict[str, Any], timeout: float) -> dict[s
     last = ""
     while batch["status"] not in FINAL:
         if time.monotonic() > deadline:
-            raise BatchCommandError(f"batch {batch['id']} still {batch['status']} after {timeout:g} s")
+            raise ClientError(f"batch {batch['id']} still {batch['status']} after {timeout:g} s")
         line = progress(batch)
         if line != last:
             print(("\r" if tty else "") + line, end="" if tty else "\n", file=sys.stderr, flush=True)
@@ -180,7 +166,7 @@ def _results(http: httpx.Client, args: argparse.Namespace) -> int:
     if file_id is None:
         what = "errors" if args.errors else "output"
         if batch["status"] not in FINAL:
-            raise BatchCommandError(f"batch {batch['id']} is {batch['status']}: no {what} file yet")
+            raise ClientError(f"batch {batch['id']} is {batch['status']}: no {what} file yet")
         print(f"batch {batch['id']} ({batch['status']}) has no {what} file", file=sys.stderr)
         return 0
     content = _call(http, "GET", f"/v1/files/{file_id}/content").content

@@ -22,23 +22,15 @@ import yaml
 
 from raygate.client import ledger_commands
 from raygate.client.batches import add_batch_commands, run_batch
+from raygate.client.http import ClientError, add_url_option, checked
 from raygate.protocol.config import hub_reference
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_SECONDS = 0.5
-
-
-class ClientError(RuntimeError):
-    """What to print before exiting 1."""
 
 
 def add_client_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--url",
-        default=os.environ.get("RAYGATE_URL", DEFAULT_URL),
-        help="gateway to talk to (env RAYGATE_URL; default: %(default)s)",
-    )
+    add_url_option(common)
     common.add_argument(
         "--admin-key",
         default=os.environ.get("RAYGATE_ADMIN_KEY") or None,
@@ -182,14 +174,7 @@ def _ledger(command: Any) -> Any:
 
 
 def _call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
-    r = http.request(method, path, **kw)
-    if r.status_code >= 400:
-        try:
-            message = r.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = r.text[:500]
-        raise ClientError(f"{r.status_code}: {message}")
-    return r.json()
+    return checked(http, method, path, **kw).json()
 
 
 def key_values(items: list[str], what: str) -> dict[str, Any]:
