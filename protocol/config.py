@@ -245,6 +245,28 @@ class ReasoningConfig(StrictModel):
     )
 
 
+class VisionConfig(StrictModel):
+    """A vision-language model's `vision:` block (docs/vision.md): it reads images, and how many and
+    how large. A model without it is text-only: a request with an image is a 400 naming it."""
+
+    projector: ModelSource | None = Field(
+        None,
+        description="llama.cpp: the multimodal projector GGUF (`mmproj`) beside the model's; "
+        "vLLM reads the vision tower from the model folder and takes none.",
+    )
+    max_images: int = Field(8, ge=1, le=256, description="Images one request may carry.")
+    max_image_bytes: int = Field(
+        20 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024, description="Encoded size of one image."
+    )
+    max_image_pixels: int = Field(
+        33_177_600,
+        ge=64,
+        le=1_000_000_000,
+        description="Width times height of one image once decoded (the default is 8K UHD); a larger "
+        "one, a decompression bomb included, is refused before it is decoded.",
+    )
+
+
 class LaunchOrigin(StrictModel):
     """What a deployment launched through `POST /v1/models` remembers of its registration, so that
     `GET /v1/models/{uid}` describes it as Xinference does. Part of the deployment's spec."""
@@ -344,6 +366,11 @@ class ModelConfig(StrictModel):
         None,
         description="A reasoning model: thinking split from the answer, budgets, on/off per "
         "request (docs/reasoning.md). Leave out for a model that does not think.",
+    )
+    vision: VisionConfig | None = Field(
+        None,
+        description="A vision-language model: it reads images in chat, Responses, Messages and "
+        "Ollama requests (docs/vision.md). Leave out for a text-only model.",
     )
     origin: LaunchOrigin | None = Field(
         None,

@@ -73,15 +73,43 @@ class ToolCall:
     arguments: str
 
 
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """An image a client sent, already fetched, decoded and checked against the model's limits by
+    the gateway, so the replica never sees a file that is not an image or is too big.
+
+    `data` stays the encoded bytes (PNG, JPEG, ...) rather than pixels: an order of magnitude less to
+    pickle across the Ray hop, and what llama.cpp's mtmd and vLLM's processors take. `digest` (sha256
+    of `data`, hex) is the key the prompt cache and affinity routing use, as llama-server keys its
+    cache by image hash.
+    """
+
+    data: bytes
+    digest: str
+    width: int
+    height: int
+    format: str  # PIL's format name: PNG, JPEG, WEBP, GIF, BMP
+
+
 @dataclass(slots=True)
 class ChatMessage:
-    """A text-only chat turn, ready for the model's chat template."""
+    """A chat turn, ready for the model's chat template.
+
+    `content` is the turn's text. A turn with images also has `parts`: its text and images in the
+    order the client sent them (text parts joined as in `content`); engines without vision never get
+    one (the gateway refuses it with a 400 naming the model).
+    """
 
     role: str
     content: str
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    parts: tuple[str | ImageInput, ...] = ()
+
+    @property
+    def images(self) -> tuple[ImageInput, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImageInput))
 
 
 @dataclass(slots=True)
