@@ -244,6 +244,41 @@ def test_responses_reasoning_item_streamed_stored_and_replayed(
     assert again["output"]
 
 
+def test_responses_summary_when_asked(client: openai.OpenAI, base_url: str, reasoner: str) -> None:
+    """`reasoning.summary` asked (through the openai SDK): the item's summary holds the thinking
+    (no summariser model on a local server), streamed as OpenAI's summary events."""
+    asked = {
+        "model": MODEL,
+        "input": "What is 2+2?",
+        "max_output_tokens": 16,
+        "temperature": 0.0,
+        "reasoning": {"effort": "minimal", "summary": "auto"},
+    }
+    raw = client.responses.with_raw_response.create(**asked)  # type: ignore[call-overload]
+    validate(json.loads(raw.text), "Response")
+    response = raw.parse()
+    first = response.output[0]
+    assert first.type == "reasoning" and first.content
+    assert [part.text for part in first.summary] == [first.content[0].text] and first.summary[0].text
+    assert response.reasoning.summary == "auto"  # type: ignore[union-attr]
+
+    events = sse_events(base_url, asked)
+    for _, data in events:
+        validate(data, "ResponseStreamEvent")
+    names = [n for n, _ in events]
+    deltas = "".join(d["delta"] for n, d in events if n == "response.reasoning_summary_text.delta")
+    done = [d["text"] for n, d in events if n == "response.reasoning_summary_text.done"]
+    assert done == [deltas] == [first.summary[0].text]
+    assert names.index("response.reasoning_summary_part.added") < names.index(
+        "response.reasoning_summary_part.done"
+    )
+    final = events[-1][1]["response"]["output"][0]
+    assert final["summary"] == [{"type": "summary_text", "text": deltas}]
+
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(**{**asked, "reasoning": {"summary": "verbose"}})  # type: ignore[call-overload]
+
+
 def test_responses_effort_none_turns_thinking_off(base_url: str, reasoner: str) -> None:
     data = _respond(base_url, reasoning={"effort": "none"})
     assert all(item["type"] != "reasoning" for item in data["output"])
