@@ -11,12 +11,12 @@ event before it says why).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from raygate.protocol.base import ResponseModel
-from raygate.protocol.response_items import OutputItem, OutputTextContent
+from raygate.protocol.response_items import OutputItem, OutputTextContent, SummaryTextContent
 from raygate.protocol.response_object import ResponseObject
 
 
@@ -97,6 +97,39 @@ class ReasoningTextDoneEvent(ResponseEvent):
     item_id: str
     output_index: int
     content_index: int
+    text: str
+
+
+class SummaryPartEvent(ResponseEvent):
+    """A reasoning item's summary part starts (empty) or ends (whole; `status` only when cut)."""
+
+    type: Literal["response.reasoning_summary_part.added", "response.reasoning_summary_part.done"]
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryTextContent
+    status: Literal["incomplete"] | None = None
+
+    omit_when_none: ClassVar[frozenset[str]] = frozenset({"status"})
+
+
+class SummaryTextDeltaEvent(ResponseEvent):
+    """A piece of a reasoning item's summary."""
+
+    type: Literal["response.reasoning_summary_text.delta"] = "response.reasoning_summary_text.delta"
+    item_id: str
+    output_index: int
+    summary_index: int
+    delta: str
+
+
+class SummaryTextDoneEvent(ResponseEvent):
+    """A reasoning item's whole summary part."""
+
+    type: Literal["response.reasoning_summary_text.done"] = "response.reasoning_summary_text.done"
+    item_id: str
+    output_index: int
+    summary_index: int
     text: str
 
 

@@ -64,9 +64,18 @@ class OutputMessageItem(ResponseModel):
 
 
 class ReasoningTextContent(ResponseModel):
-    """A reasoning model's thinking, as text (no summary is made of it: `summary` stays empty)."""
+    """A reasoning model's thinking, as text."""
 
     type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class SummaryTextContent(ResponseModel):
+    """A part of a reasoning item's `summary`, made when the request asks (`reasoning.summary`).
+    A local server has no summariser model: the part holds the thinking itself, as Ollama's and
+    other local servers' Responses APIs do (docs/reasoning.md)."""
+
+    type: Literal["summary_text"] = "summary_text"
     text: str
 
 
@@ -76,7 +85,7 @@ class ReasoningItem(ResponseModel):
 
     id: str
     type: Literal["reasoning"] = "reasoning"
-    summary: list[Any] = Field(default_factory=list)
+    summary: list[SummaryTextContent] = Field(default_factory=list)
     content: list[ReasoningTextContent] = Field(default_factory=list)
     status: ItemStatus = "completed"
 

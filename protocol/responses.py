@@ -27,6 +27,7 @@ from raygate.protocol.response_items import (
     OutputTextContent,
     ReasoningItem,
     ReasoningTextContent,
+    SummaryTextContent,
     item_id,
 )
 from raygate.protocol.tools import (
@@ -146,7 +147,12 @@ class ReasoningInput(RequestModel):
     encrypted_content: str | None = None
 
     def to_item(self) -> ReasoningItem:
-        return ReasoningItem(id=self.id or item_id("rs"), content=list(self.content or []))
+        summary = [
+            SummaryTextContent(text=str(part.get("text", "")))
+            for part in self.summary or []
+            if isinstance(part, dict) and part.get("type") == "summary_text"
+        ]
+        return ReasoningItem(id=self.id or item_id("rs"), summary=summary, content=list(self.content or []))
 
 
 class OtherInput(RequestModel):
@@ -170,13 +176,25 @@ InputItem = Annotated[
 ]
 
 
+SummaryMode = Literal["auto", "concise", "detailed"]
+
+
 class ReasoningParam(RequestModel):
     """`reasoning`: `effort` switches a reasoning model's thinking (`none`: off) and bounds it
-    (protocol/reasoning.py); `summary` is accepted, but no summary is made (`summary: []`)."""
+    (protocol/reasoning.py); `summary` (or its deprecated name `generate_summary`) asks for the
+    reasoning item's `summary`, which holds the thinking itself: the three modes are the same here
+    (server/serving/response_output.py)."""
 
     effort: str | None = None
-    summary: str | None = None
-    generate_summary: str | None = None
+    summary: SummaryMode | None = None
+    generate_summary: SummaryMode | None = None
+
+    def mode(self) -> SummaryMode | None:
+        return self.summary or self.generate_summary
+
+    def echo(self) -> dict[str, Any]:
+        """As the response's `reasoning` shows it."""
+        return {"effort": self.effort, "summary": self.mode()}
 
 
 class ResponsesTool(RequestModel):
@@ -304,6 +322,10 @@ class CreateResponseRequest(RequestModel):
                     param=param,
                 )
         return items
+
+    def wants_summary(self) -> bool:
+        """Whether the reasoning item carries a `summary` (`reasoning.summary` set)."""
+        return self.reasoning is not None and self.reasoning.mode() is not None
 
     def thinking(self) -> tuple[bool | None, int | None, dict[str, Any] | None]:
         """The thinking switch, budget and template kwargs `reasoning.effort` asks for."""

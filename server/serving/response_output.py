@@ -13,7 +13,11 @@ a tool call must not leave an empty message item in front of the call (chat drop
 too). It is shown if visible text follows, or if the answer ends with no call.
 
 A reasoning model's thinking (`Delta.reasoning`) comes first, as a `reasoning` item
-(`output_item.added`, `reasoning_text.delta`s, `reasoning_text.done`, `output_item.done`).
+(`output_item.added`, `reasoning_text.delta`s, `reasoning_text.done`, `output_item.done`). When
+the request asks for a summary (`reasoning.summary`), the item's `summary` holds one
+`summary_text` part with the same text (no summariser model here: docs/reasoning.md), streamed
+as `reasoning_summary_part.added`, `reasoning_summary_text.delta`s beside the text deltas,
+`reasoning_summary_text.done` and `reasoning_summary_part.done`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from raygate.protocol.response_events import (
     ReasoningTextDoneEvent,
     ResponseEvent,
     ResponseLifecycleEvent,
+    SummaryPartEvent,
+    SummaryTextDeltaEvent,
+    SummaryTextDoneEvent,
     TextDeltaEvent,
     TextDoneEvent,
 )
@@ -40,6 +47,7 @@ from raygate.protocol.response_items import (
     OutputTextContent,
     ReasoningItem,
     ReasoningTextContent,
+    SummaryTextContent,
     item_id,
 )
 from raygate.protocol.response_object import ResponseObject
@@ -52,7 +60,9 @@ LifecycleType = Literal[
 class OutputBuilder:
     """Output items and stream events of one response; numbers every event it makes."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: bool = False) -> None:
+        """`summary`: the request asked for a reasoning summary."""
+        self._summary = summary
         self.items: list[OutputMessageItem | FunctionCallItem | ReasoningItem] = []
         self.finish_reason: FinishReason | None = None
         self._seq = 0
@@ -107,6 +117,8 @@ class OutputBuilder:
             self._kind, self._id, self._pieces = "reasoning", item_id("rs"), []
             item = ReasoningItem(id=self._id, status="in_progress")
             events.append(self._item_event("response.output_item.added", item))
+            if self._summary:
+                events.append(self._summary_part("response.reasoning_summary_part.added", ""))
         self._pieces.append(text)
         events.append(
             ReasoningTextDeltaEvent(
@@ -117,6 +129,16 @@ class OutputBuilder:
                 delta=text,
             )
         )
+        if self._summary:
+            events.append(
+                SummaryTextDeltaEvent(
+                    sequence_number=self.number(),
+                    item_id=self._id,
+                    output_index=len(self.items),
+                    summary_index=0,
+                    delta=text,
+                )
+            )
 
     def _text(self, text: str, events: list[ResponseEvent]) -> None:
         if self._kind != "message":
@@ -181,7 +203,28 @@ class OutputBuilder:
                     text=whole,
                 )
             )
-            item = ReasoningItem(id=self._id, content=[ReasoningTextContent(text=whole)], status=status)
+            summary: list[SummaryTextContent] = []
+            if self._summary:
+                events.append(
+                    SummaryTextDoneEvent(
+                        sequence_number=self.number(),
+                        item_id=self._id,
+                        output_index=index,
+                        summary_index=0,
+                        text=whole,
+                    )
+                )
+                events.append(
+                    self._summary_part(
+                        "response.reasoning_summary_part.done",
+                        whole,
+                        "incomplete" if status == "incomplete" else None,
+                    )
+                )
+                summary = [SummaryTextContent(text=whole)]
+            item = ReasoningItem(
+                id=self._id, summary=summary, content=[ReasoningTextContent(text=whole)], status=status
+            )
         elif self._kind == "message":
             events.append(
                 TextDoneEvent(
@@ -235,4 +278,20 @@ class OutputBuilder:
             output_index=len(self.items),
             content_index=0,
             part=OutputTextContent(text=text),
+        )
+
+    def _summary_part(
+        self,
+        kind: Literal["response.reasoning_summary_part.added", "response.reasoning_summary_part.done"],
+        text: str,
+        status: Literal["incomplete"] | None = None,
+    ) -> SummaryPartEvent:
+        return SummaryPartEvent(
+            type=kind,
+            sequence_number=self.number(),
+            item_id=self._id,
+            output_index=len(self.items),
+            summary_index=0,
+            part=SummaryTextContent(text=text),
+            status=status,
         )

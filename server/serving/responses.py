@@ -129,7 +129,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
             ToolCallDelta(index=i, arguments="".join(c.arguments), id=c.id, name=c.name)
             for i, c in enumerate(tally.tool_calls(0))
         ]
-        builder = OutputBuilder()
+        builder = OutputBuilder(summary=self.body.wants_summary())
         builder.add(
             Delta(
                 text=tally.text(0),
@@ -187,7 +187,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
                 usage.cached_tokens,
                 usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else 0,
             ),
-            reasoning=body.reasoning.model_dump(include={"effort", "summary"}) if body.reasoning else None,
+            reasoning=body.reasoning.echo() if body.reasoning else None,
             user=body.user,
             metadata=body.metadata or {},
         )
@@ -216,7 +216,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
                 yield event
 
     async def _events(self, deltas: AsyncIterator[tuple[int, Delta]]) -> AsyncIterator[ResponseEvent]:
-        builder = OutputBuilder()
+        builder = OutputBuilder(summary=self.body.wants_summary())
         tally = Tally()
         first = await anext(deltas, None)
         yield builder.lifecycle("response.created", self._response(builder, None, "in_progress"))

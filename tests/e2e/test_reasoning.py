@@ -1,5 +1,7 @@
 """Reasoning models on the real llama.cpp engine and a real reasoning chat template: `tiny-reasoner`
-(tests/support/reasoning.py) deployed beside the default models.
+(tests/support/reasoning.py) deployed beside the default models. The chat tests both engines share
+are in tests/support/suites/reasoning.py; here are the rest (constraints after the thinking, the
+other APIs, the clients).
 
 Its template opens `<think>` in the prompt, so every answer begins in thinking whatever the model
 writes; the tests end the thinking with a budget (the engine forces `</think>`), and hold the
@@ -21,97 +23,19 @@ import pytest
 from tests.support.gateway import GatewayProcess
 from tests.support.openapi import validate
 from tests.support.reasoning import MODEL
+from tests.support.suites.reasoning import (  # noqa: F401
+    BUDGET,
+    QUESTION,
+    ask,
+    test_a_small_budget_leaves_room_for_an_answer,
+    test_include_reasoning_false_hides_the_thinking,
+    test_no_end_marker_before_max_tokens_is_all_thinking,
+    test_stream_carries_the_same_split,
+    test_thinking_off,
+    test_thinking_split_from_the_answer,
+)
 from tests.support.suites.responses import sse_events
 from tests.support.tools import TOOLS
-
-QUESTION = [{"role": "user", "content": "What is 2+2?"}]
-# Thinking for 4 tokens, then the forced end marker, then at least 3 answer tokens.
-BUDGET = {"thinking_token_budget": 4, "min_tokens": 8}
-
-
-def ask(client: openai.OpenAI, messages: list[dict[str, Any]] = QUESTION, **fields: Any) -> Any:
-    """A chat request with the budget above, `fields` over it (all in the body, as sent)."""
-    body = {"max_tokens": 16, "temperature": 0.0, **BUDGET, **fields}
-    return client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=messages,  # type: ignore[arg-type]
-        extra_body=body,
-    )
-
-
-def test_thinking_split_from_the_answer(client: openai.OpenAI, reasoner: str) -> None:
-    raw = ask(client)
-    body = json.loads(raw.text)
-    validate(body, "CreateChatCompletionResponse")
-    message = body["choices"][0]["message"]
-    assert message["reasoning_content"] and message["reasoning"] == message["reasoning_content"]
-    assert message["content"]
-    for text in (message["content"], message["reasoning_content"]):
-        assert "<think>" not in text and "</think>" not in text
-    usage = body["usage"]
-    # 4 thinking tokens and the end marker the budget forced.
-    assert usage["completion_tokens_details"]["reasoning_tokens"] == 5
-    assert usage["completion_tokens"] > 5
-
-
-def test_stream_carries_the_same_split(client: openai.OpenAI, reasoner: str) -> None:
-    whole = ask(client).parse().choices[0].message
-    thought, answer, reasoning_tokens = "", "", None
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=QUESTION,  # type: ignore[arg-type]
-        max_tokens=16,
-        temperature=0.0,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body=BUDGET,
-    )
-    for chunk in stream:
-        validate(chunk.model_dump(mode="json", exclude_unset=True), "CreateChatCompletionStreamResponse")
-        if chunk.usage is not None:
-            reasoning_tokens = chunk.usage.completion_tokens_details.reasoning_tokens  # type: ignore[union-attr]
-        for choice in chunk.choices:
-            extra = choice.delta.model_extra or {}
-            assert extra.get("reasoning") == extra.get("reasoning_content")
-            thought += extra.get("reasoning_content") or ""
-            answer += choice.delta.content or ""
-    assert thought == whole.reasoning_content  # type: ignore[attr-defined]
-    assert answer == whole.content
-    assert reasoning_tokens == 5
-
-
-@pytest.mark.parametrize(
-    "switch",
-    [{"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}],
-    ids=["enable_thinking", "reasoning_effort"],
-)
-def test_thinking_off(client: openai.OpenAI, reasoner: str, switch: dict[str, Any]) -> None:
-    body = json.loads(ask(client, min_tokens=3, **switch).text)
-    message = body["choices"][0]["message"]
-    assert "reasoning_content" not in message and message["content"]
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
-
-
-def test_no_end_marker_before_max_tokens_is_all_thinking(client: openai.OpenAI, reasoner: str) -> None:
-    body = json.loads(ask(client, max_tokens=6, thinking_token_budget=None, min_tokens=6).text)
-    choice = body["choices"][0]
-    assert choice["finish_reason"] == "length"
-    assert choice["message"]["reasoning_content"] and not choice["message"]["content"]
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 6
-
-
-def test_a_small_budget_leaves_room_for_an_answer(client: openai.OpenAI, reasoner: str) -> None:
-    body = json.loads(ask(client, max_tokens=6, thinking_token_budget=1, min_tokens=6).text)
-    message = body["choices"][0]["message"]
-    assert message["content"]
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 2
-
-
-def test_include_reasoning_false_hides_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
-    body = json.loads(ask(client, include_reasoning=False).text)
-    message = body["choices"][0]["message"]
-    assert "reasoning_content" not in message and message["content"]
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 5
 
 
 def test_json_schema_applies_after_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
@@ -318,6 +242,41 @@ def test_responses_reasoning_item_streamed_stored_and_replayed(
     # A client managing the conversation itself sends the reasoning item back as input.
     again = _respond(base_url, input=[*QUESTION, first, {"role": "user", "content": "And 3+3?"}])
     assert again["output"]
+
+
+def test_responses_summary_when_asked(client: openai.OpenAI, base_url: str, reasoner: str) -> None:
+    """`reasoning.summary` asked (through the openai SDK): the item's summary holds the thinking
+    (no summariser model on a local server), streamed as OpenAI's summary events."""
+    asked = {
+        "model": MODEL,
+        "input": "What is 2+2?",
+        "max_output_tokens": 16,
+        "temperature": 0.0,
+        "reasoning": {"effort": "minimal", "summary": "auto"},
+    }
+    raw = client.responses.with_raw_response.create(**asked)  # type: ignore[call-overload]
+    validate(json.loads(raw.text), "Response")
+    response = raw.parse()
+    first = response.output[0]
+    assert first.type == "reasoning" and first.content
+    assert [part.text for part in first.summary] == [first.content[0].text] and first.summary[0].text
+    assert response.reasoning.summary == "auto"  # type: ignore[union-attr]
+
+    events = sse_events(base_url, asked)
+    for _, data in events:
+        validate(data, "ResponseStreamEvent")
+    names = [n for n, _ in events]
+    deltas = "".join(d["delta"] for n, d in events if n == "response.reasoning_summary_text.delta")
+    done = [d["text"] for n, d in events if n == "response.reasoning_summary_text.done"]
+    assert done == [deltas] == [first.summary[0].text]
+    assert names.index("response.reasoning_summary_part.added") < names.index(
+        "response.reasoning_summary_part.done"
+    )
+    final = events[-1][1]["response"]["output"][0]
+    assert final["summary"] == [{"type": "summary_text", "text": deltas}]
+
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(**{**asked, "reasoning": {"summary": "verbose"}})  # type: ignore[call-overload]
 
 
 def test_responses_effort_none_turns_thinking_off(base_url: str, reasoner: str) -> None:

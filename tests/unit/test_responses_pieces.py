@@ -128,6 +128,53 @@ def test_builder_cut_by_length_is_incomplete() -> None:
     assert events[-1]["item"]["status"] == "incomplete"
 
 
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_builder_reasoning_summary_events(finish: str) -> None:
+    """Asked for (`reasoning.summary`), the reasoning item's summary carries the thinking, with
+    OpenAI's summary events beside the reasoning text ones; not asked, none of them."""
+    thought = [
+        Delta(text="", completion_tokens=1, prompt_tokens=1, reasoning=t) for t in ("Two and ", "two.")
+    ]
+    builder = OutputBuilder(summary=True)
+    # Cut by `length` while thinking, the summary part is `incomplete` too.
+    events = _events(builder, [*thought, _delta("4" if finish == "stop" else "", finish=finish)])
+    kinds = [e["type"] for e in events]
+    assert kinds[: kinds.index("response.output_item.done") + 1] == [
+        "response.output_item.added",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
+    ]
+    item = builder.items[0]
+    assert item.type == "reasoning"
+    assert [p.model_dump() for p in item.summary] == [{"type": "summary_text", "text": "Two and two."}]
+    assert item.content[0].text == "Two and two."
+    done = next(e for e in events if e["type"] == "response.reasoning_summary_part.done")
+    assert done.get("status") == ("incomplete" if finish == "length" else None)
+
+    plain = OutputBuilder()
+    kinds = [e["type"] for e in _events(plain, [*thought, _delta("4", finish="stop")])]
+    assert not any("summary" in k for k in kinds) and plain.items[0].summary == []
+
+
+def test_reasoning_summary_modes() -> None:
+    def body(reasoning: dict[str, Any]) -> CreateResponseRequest:
+        return CreateResponseRequest.model_validate({"model": "m", "input": "hi", "reasoning": reasoning})
+
+    for mode in ("auto", "concise", "detailed"):
+        assert body({"summary": mode}).wants_summary()
+        assert body({"generate_summary": mode}).reasoning.echo()["summary"] == mode  # type: ignore[union-attr]
+    assert not body({"effort": "low"}).wants_summary()
+    with pytest.raises(ValueError):
+        body({"summary": "verbose"})
+
+
 def test_request_to_engine_messages() -> None:
     body = CreateResponseRequest.model_validate(
         {

@@ -34,7 +34,7 @@ from raygate.backends.engines.base import (
     loaded,
     truncate_prompt,
 )
-from raygate.backends.engines.reasoning import ReasoningFormat, closing_text
+from raygate.backends.engines.reasoning import END, START, ReasoningFormat, closing_text
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.support import (
@@ -51,6 +51,7 @@ from raygate.backends.engines.vllm.translate import (
     generate_params,
     pair_inputs,
     prompt_ids,
+    vllm_thinking_budget,
 )
 from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
@@ -94,6 +95,7 @@ class VllmEngine(Engine):
         super().__init__(VllmEngineStats())
         self._reasoning = reasoning
         self._thinks: ReasoningFormat | None = None  # resolved against the chat template at start
+        self._start_ids: list[int] = []  # `<think>` as tokens: where vLLM counts the budget from
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
@@ -119,10 +121,18 @@ class VllmEngine(Engine):
     async def _build(self) -> Any:
         """Start an EngineCore (25-50 s on 2 CPU cores) off the event loop."""
         from vllm import AsyncEngineArgs
+        from vllm.config.reasoning import ReasoningConfig as VllmReasoningConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        kwargs = dict(self._kwargs)
+        if self._reasoning is not None and self._reasoning.parser != "none":
+            # vLLM's sampler enforces thinking budgets (`thinking_token_budget`) only with the
+            # markers named; no vLLM reasoning parser: the split is Raygate's (reasoning.py).
+            kwargs.setdefault(
+                "reasoning_config", VllmReasoningConfig(reasoning_start_str=START, reasoning_end_str=END)
+            )
         try:
-            args = AsyncEngineArgs(**self._kwargs)
+            args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:  # an unknown key in the config's `engine:` block
             raise ValueError(f"bad vLLM engine option: {exc}") from None
         llm = await asyncio.to_thread(
@@ -130,6 +140,7 @@ class VllmEngine(Engine):
         )
         self._tokenizer = llm.get_tokenizer()
         self._thinks = resolve_reasoning(self._reasoning, getattr(self._tokenizer, "chat_template", None))
+        self._start_ids = list(self._tokenizer.encode(START, add_special_tokens=False))
         self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
         self._vocab = int(llm.model_config.get_vocab_size())
@@ -244,7 +255,8 @@ class VllmEngine(Engine):
             prompt_ids, self._tokenizer, request, self._vocab, self._thinks
         )
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
-        params = generate_params(request, ids, self._context, self._vocab)
+        budget = vllm_thinking_budget(thinking, ids, self._start_ids)
+        params = generate_params(request, ids, self._context, self._vocab, budget)
         assert self._pieces is not None
         relay = DeltaRelay(ids, request, self._pieces, thinking)
 

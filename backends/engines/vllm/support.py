@@ -60,7 +60,12 @@ def engine_kwargs(
     return kwargs
 
 
-def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec | None = None) -> Any:
+def to_vllm_sampling(
+    sampling: SamplingParams,
+    max_tokens: int,
+    tools: ToolsSpec | None = None,
+    thinking_budget: int | None = None,
+) -> Any:
     """The request's sampling parameters as vLLM's, with OpenAI's semantics.
 
     * `n` is always 1: the gateway runs each of a request's `n` samples as its own sequence (with
@@ -77,6 +82,8 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
     * Logprobs are vLLM's default `raw_logprobs` (before bias, penalties, grammar and temperature),
       the same quantity the llama.cpp engine reports; `logit_bias` is added to the logits, as
       OpenAI and llama.cpp do.
+    * `thinking_budget` is vLLM's own `thinking_token_budget`: after that many thinking tokens its
+      sampler forces the end marker (the engine's `reasoning_config` names the markers).
     """
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -109,6 +116,7 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, tools: ToolsSpec
         structured_outputs=constraint,
         output_kind=RequestOutputKind.DELTA,
         skip_special_tokens=sampling.skip_special_tokens,
+        thinking_token_budget=thinking_budget,
     )
 
 

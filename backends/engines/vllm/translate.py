@@ -38,8 +38,9 @@ def prompt_ids(
     sent (checked against the vocabulary), or text; and for a chat with a reasoning model
     (`thinks`), its thinking (as the llama.cpp engine's `LlamaModel.prompt_and_thinking`).
 
-    The thinking budget is not enforced here, and an output constraint (json_schema, a forced
-    tool call) would constrain the thinking too: such a request is answered with thinking off."""
+    An output constraint (json_schema, a forced tool call) would constrain the thinking too on
+    vLLM: such a request is answered with thinking off. The budget is enforced by vLLM itself
+    (`vllm_thinking_budget`)."""
     if request.messages is not None:
         text = chat_text(tokenizer, request.messages, request.tools, True, request.chat_template_kwargs())
         if thinks is None:
@@ -48,7 +49,11 @@ def prompt_ids(
             text += reasoning.closing_text(text)
         end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
         plan = reasoning.ThinkingPlan(
-            thinks.parser, reasoning.prompt_state(text), None, end, request.include_reasoning
+            thinks.parser,
+            reasoning.prompt_state(text),
+            thinks.budget_for(request.thinking_budget),
+            end,
+            request.include_reasoning,
         )
         return list(tokenizer.encode(text, add_special_tokens=False)), plan
     if isinstance(request.prompt, list):
@@ -123,15 +128,46 @@ def pair_inputs(tokenizer: Any, request: RankRequest, context: int) -> list[tupl
 # ---- a generate request -> vLLM's SamplingParams, its outputs -> Deltas ------------------------
 
 
-def generate_params(request: GenerateRequest, ids: list[int], context: int, vocab: int) -> Any:
+def generate_params(
+    request: GenerateRequest,
+    ids: list[int],
+    context: int,
+    vocab: int,
+    thinking_budget: int | None = None,
+) -> Any:
     """vLLM's `SamplingParams` for `request` over the (truncated) prompt `ids`, after the checks
-    that need the model: token ids within the vocabulary, a non-empty prompt, a budget that fits."""
+    that need the model: token ids within the vocabulary, a non-empty prompt, a budget that fits.
+    `thinking_budget`: vLLM's `thinking_token_budget` (`vllm_thinking_budget`)."""
     check_token_ids(request.sampling.stop_token_ids, vocab, "stop_token_ids")
     check_token_ids(request.sampling.allowed_token_ids or [], vocab, "allowed_token_ids")
     if not ids:
         raise BadRequestError("The prompt is empty.", param=request.prompt_param)
     budget = completion_budget(request, len(ids), context)
-    return to_vllm_sampling(request.sampling, budget, request.tools)
+    return to_vllm_sampling(request.sampling, budget, request.tools, thinking_budget)
+
+
+def vllm_thinking_budget(
+    plan: reasoning.ThinkingPlan | None, ids: list[int], start_ids: list[int]
+) -> int | None:
+    """The plan's budget as vLLM's `thinking_token_budget`, so that both engines force the end
+    marker after the same number of generated tokens (llama.cpp's rule: `budget` tokens of
+    thinking, the opening `<think>` the model writes included, then the marker).
+
+    vLLM counts differently (vllm/v1/sample/thinking_budget_state.py): the tokens after the last
+    `<think>` of the prompt count against the budget (the template's `\\n` after it), and one the
+    model writes itself does not. So the first are added, and one taken off for the second. A
+    prompt that closed the thinking needs no budget; a prompt with no `<think>` under the
+    `deepseek_r1` parser (the output is thinking without one) gives vLLM nothing to count from,
+    and is not bounded."""
+    if plan is None or plan.budget is None or plan.prompt == "closed":
+        return None
+    if plan.prompt == "none":
+        return max(plan.budget - 1, 0)
+    n = len(start_ids)
+    for at in range(len(ids) - n, -1, -1):
+        if ids[at : at + n] == start_ids:
+            return plan.budget + len(ids) - (at + n)
+    return plan.budget  # `<think>` truncated away: vLLM counts only from one the model writes
 
 
 class DeltaRelay:

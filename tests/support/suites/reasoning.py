@@ -1,0 +1,113 @@
+"""A reasoning model's chat completions on either engine: `tiny-reasoner` (tests/support/reasoning.py)
+split into thinking and answer, stream and not, switched off, and bounded by a thinking budget
+that the engine enforces by writing the end marker itself. Run by tests/e2e/test_reasoning.py
+(llama.cpp) and tests/e2e/vllm/test_vllm_reasoning.py (vLLM), each with its own `reasoner`
+deployment and a `client` for the gateway that serves it.
+
+The model's template opens `<think>` in the prompt, so every answer begins in thinking whatever
+the model writes; the budget ends it, and `min_tokens` holds the model to a few tokens more, so
+the tests assert what the feature guarantees (the split, the counts), never what a 135M model
+happens to write.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.support.openapi import validate
+from tests.support.reasoning import MODEL
+
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+# Thinking for 4 tokens, then the forced end marker, then at least 3 answer tokens.
+BUDGET = {"thinking_token_budget": 4, "min_tokens": 8}
+
+
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]] = QUESTION, **fields: Any) -> Any:
+    """A chat request with the budget above, `fields` over it (all in the body, as sent)."""
+    body = {"max_tokens": 16, "temperature": 0.0, **BUDGET, **fields}
+    return client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        extra_body=body,
+    )
+
+
+def test_thinking_split_from_the_answer(client: openai.OpenAI, reasoner: str) -> None:
+    raw = ask(client)
+    body = json.loads(raw.text)
+    validate(body, "CreateChatCompletionResponse")
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"] and message["reasoning"] == message["reasoning_content"]
+    assert message["content"]
+    for text in (message["content"], message["reasoning_content"]):
+        assert "<think>" not in text and "</think>" not in text
+    usage = body["usage"]
+    # 4 thinking tokens and the end marker the budget forced.
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == 5
+    assert usage["completion_tokens"] > 5
+
+
+def test_stream_carries_the_same_split(client: openai.OpenAI, reasoner: str) -> None:
+    whole = ask(client).parse().choices[0].message
+    thought, answer, reasoning_tokens = "", "", None
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=QUESTION,  # type: ignore[arg-type]
+        max_tokens=16,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=BUDGET,
+    )
+    for chunk in stream:
+        validate(chunk.model_dump(mode="json", exclude_unset=True), "CreateChatCompletionStreamResponse")
+        if chunk.usage is not None:
+            reasoning_tokens = chunk.usage.completion_tokens_details.reasoning_tokens  # type: ignore[union-attr]
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            assert extra.get("reasoning") == extra.get("reasoning_content")
+            thought += extra.get("reasoning_content") or ""
+            answer += choice.delta.content or ""
+    assert thought == whole.reasoning_content  # type: ignore[attr-defined]
+    assert answer == whole.content
+    assert reasoning_tokens == 5
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [{"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}],
+    ids=["enable_thinking", "reasoning_effort"],
+)
+def test_thinking_off(client: openai.OpenAI, reasoner: str, switch: dict[str, Any]) -> None:
+    body = json.loads(ask(client, min_tokens=3, **switch).text)
+    message = body["choices"][0]["message"]
+    assert "reasoning_content" not in message and message["content"]
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+
+
+def test_no_end_marker_before_max_tokens_is_all_thinking(client: openai.OpenAI, reasoner: str) -> None:
+    body = json.loads(ask(client, max_tokens=6, thinking_token_budget=None, min_tokens=6).text)
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["reasoning_content"] and not choice["message"]["content"]
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 6
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_small_budget_leaves_room_for_an_answer(client: openai.OpenAI, reasoner: str, budget: int) -> None:
+    body = json.loads(ask(client, max_tokens=6, thinking_token_budget=budget, min_tokens=6).text)
+    message = body["choices"][0]["message"]
+    assert message["content"]
+    # `budget` thinking tokens, then the forced end marker.
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == budget + 1
+
+
+def test_include_reasoning_false_hides_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
+    body = json.loads(ask(client, include_reasoning=False).text)
+    message = body["choices"][0]["message"]
+    assert "reasoning_content" not in message and message["content"]
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 5
