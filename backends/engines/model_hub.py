@@ -47,11 +47,17 @@ SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gg
 # Left out of a whole-repository (vLLM) download when the repository has safetensors weights.
 NOT_FOR_VLLM = ("*.gguf", "*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "onnx/*")
 MARKER_DIR = "raygate"
+# A vision GGUF repository's multimodal projector: `mmproj-*.gguf`, `*-mmproj-f16.gguf`, ...
+PROJECTOR = "mmproj"
+PROJECTOR_GLOB = f"*{PROJECTOR}*.gguf"
 HASH_BLOCK = 1 << 20
 # An outage longer than huggingface_hub's own retries (about five, a second apart) costs one of
-# these; each resumes from the partial file. Only failures in a row without progress count.
+# these; each resumes from the partial file. Only failures in a row without progress count, and
+# they wait longer each time (3, 6, 12, 24, 30 s): a Hub away for about a minute and a half is
+# waited for, one that stays away fails the replica with the reason.
 FETCH_ATTEMPTS = 6
 FETCH_RETRY_SECONDS = 3.0
+FETCH_RETRY_MAX_SECONDS = 30.0
 
 
 class HubError(ModelFileError):
@@ -107,6 +113,8 @@ def pick(names: list[str], pattern: str | None, *, folder: bool) -> list[str]:
         skip = NOT_FOR_VLLM if safetensors else ("*.gguf",)
         return [n for n in names if not any(fnmatch.fnmatch(n, p) for p in skip)]
     glob = (pattern or "*.gguf").lower()
+    if PROJECTOR not in glob:  # a vision repository's projector is never the model (llama-server -hf)
+        names = [n for n in names if PROJECTOR not in PurePosixPath(n).name.lower()]
     matches = sorted(
         n
         for n in names
@@ -383,7 +391,7 @@ class Download:
                 failures = 0 if self._file_bytes(self.plan, f) > before else failures + 1
                 if failures >= FETCH_ATTEMPTS or not _transient(exc):
                     raise _hf_errors(exc, self.source) from None
-                time.sleep(FETCH_RETRY_SECONDS)
+                time.sleep(min(FETCH_RETRY_MAX_SECONDS, FETCH_RETRY_SECONDS * 2 ** max(0, failures - 1)))
 
     def _fetch_hf_once(self, f: HubFile) -> None:
         """Resume `f` from the bytes this node already holds, then let huggingface_hub link it.
@@ -399,8 +407,8 @@ class Download:
         Xet download instead."""
         from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
         from huggingface_hub.file_download import http_get
-        from huggingface_hub.utils._runtime import is_xet_available
         from huggingface_hub.utils._headers import build_hf_headers
+        from huggingface_hub.utils._runtime import is_xet_available
 
         assert self.plan is not None
         repo_cache = hf_repo_cache(self.plan.repo)
@@ -563,6 +571,21 @@ def pin(source: ModelSource, *, folder: bool) -> ModelSource:
             return source  # already pinned; the nodes' caches may hold it
         raise
     return source.model_copy(update={"revision": plan.commit})
+
+
+def pin_projector(source: ModelSource) -> ModelSource:
+    """The projector (`mmproj`) of the vision model `source` (a GGUF picked out of a Hub
+    repository, already pinned): the repository's one `*mmproj*.gguf`, as a source pinned like the
+    model's. None or several is a HubError naming what is there (a network call)."""
+    wanted = source.model_copy(update={"file": PROJECTOR_GLOB})
+    try:
+        plan = plan_hf(wanted, folder=False) if source.hub == "hf" else plan_modelscope(wanted, folder=False)
+    except HubError as exc:
+        raise HubError(
+            f"{exc}; a vision model needs its projector: give `vision.projector` (a `source`), or "
+            "deploy from a repository that holds one `mmproj` GGUF"
+        ) from exc
+    return wanted.model_copy(update={"file": plan.names[0], "revision": plan.commit})
 
 
 def _unreachable(exc: HubError) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -22,11 +23,10 @@ import pytest
 
 from raygate.backends.engines.model_hub import HubFile, HubPlan, _sha256
 from tests.support.gateway import REPO
-from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object, smollm2_gguf
+from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object
 
-CUT_REPO = "raygate-tests/resume-cut-GGUF"  # the server dies mid-file and comes back
-KILL_REPO = "raygate-tests/resume-kill-GGUF"  # the downloading process is killed mid-file
-MIB = 1 << 20
+REPO_ID = "raygate-tests/resume-GGUF"
+SIZE = 40 << 20  # a whole number of MiB: olah's cache blocks are
 WAIT_S = 300
 # What a replica runs for a Hub source, once the plan is known: `Download.fetch`.
 FETCH = """
@@ -79,17 +79,15 @@ class Servers:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     root = tmp_path_factory.mktemp("hub-resume")
-    gguf = smollm2_gguf()
+    # Any bytes do for a download (the engine never loads it): four of huggingface_hub's 10 MB
+    # writes, so a download stopped after its first or second write has more to fetch.
+    name, data = "weights-Q4_0.gguf", random.Random(44).randbytes(SIZE)
     mirror = OlahServer(root / "mirror")
-    plans = {}
-    for repo in (CUT_REPO, KILL_REPO):
-        commit = commit_files(mirror.repo(repo), {gguf.name: gguf})
-        oid = (mirror.repo(repo) / gguf.name).read_text().split("oid sha256:")[1].split()[0]
-        assert lfs_object(mirror.repo(repo), oid).is_file()
-        size = gguf.stat().st_size
-        plans[repo] = HubPlan("hf", repo, commit, (HubFile(gguf.name, size, oid, oid),), False)
-    block = -(-gguf.stat().st_size // MIB) * MIB  # one cache block holds the file (hub.py says why)
-    proxy = OlahServer(root / "proxy", upstream=mirror, block_size=block)
+    commit = commit_files(mirror.repo(REPO_ID), {name: data})
+    oid = (mirror.repo(REPO_ID) / name).read_text().split("oid sha256:")[1].split()[0]
+    assert lfs_object(mirror.repo(REPO_ID), oid).is_file()
+    plans = {REPO_ID: HubPlan("hf", REPO_ID, commit, (HubFile(name, SIZE, oid, oid),), False)}
+    proxy = OlahServer(root / "proxy", upstream=mirror, block_size=SIZE)  # one block: hub.py says why
     mirror.start()
     proxy.start()
     yield Servers(mirror, proxy, root / "hf-home", plans)
@@ -97,12 +95,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     mirror.stop()
 
 
-def wait_for_bytes(path: Path, proc: subprocess.Popen[str]) -> None:
-    """Until the download has written its first bytes (it then has most of the file to go)."""
+def wait_for_bytes(path: Path, proc: subprocess.Popen[str], beyond: int) -> None:
+    """Until the download has written bytes past `beyond` (it then has most of the file to go)."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if path.stat().st_size > 0:
+            if path.stat().st_size > beyond:
                 return
         except OSError:
             pass
@@ -118,35 +116,28 @@ def finished(proc: subprocess.Popen[str]) -> str:
     return out.strip()
 
 
-def test_a_download_resumes_after_the_hub_was_gone_for_a_while(servers: Servers) -> None:
-    size = servers.plans[CUT_REPO].total
-    proc = servers.fetch(CUT_REPO)
-    wait_for_bytes(servers.partial(CUT_REPO), proc)
-    servers.proxy.stop()  # the connection drops mid-file; the Hub stays away for a few seconds
+def test_a_download_cut_mid_file_resumes_from_the_bytes_on_the_node(servers: Servers) -> None:
+    """Killed mid-file (what an undeploy does to a downloading replica), then the next download
+    of the file loses the Hub for a few seconds: each time, the file is asked for again from where
+    it stopped (206, a range), never whole again, and it verifies."""
+    plan, partial = servers.plans[REPO_ID], servers.partial(REPO_ID)
+    first = servers.fetch(REPO_ID)
+    wait_for_bytes(partial, first, 0)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=30)
+    killed_at = partial.stat().st_size
+    assert 0 < killed_at < plan.total, killed_at
+
+    second = servers.fetch(REPO_ID)
+    wait_for_bytes(partial, second, killed_at)
+    servers.proxy.stop()  # the connection drops mid-file; the Hub stays away for a while
     time.sleep(2)
-    kept = servers.partial(CUT_REPO).stat().st_size
-    assert 0 < kept < size, kept
+    cut_at = partial.stat().st_size
+    assert killed_at < cut_at < plan.total, (killed_at, cut_at)
     servers.proxy.start()
-    path = Path(finished(proc))
-    assert _sha256(path) == servers.plans[CUT_REPO].files[0].sha256
-    # The first request took the file from its start; after the outage it was asked for from
-    # where it stopped (206: a range), never whole again.
-    statuses = servers.gets(CUT_REPO)
-    assert statuses[0] == "200" and statuses[-1] == "206" and statuses.count("200") == 1, statuses
-    assert not servers.partial(CUT_REPO).exists()
+    path = Path(finished(second))
 
-
-def test_a_download_killed_mid_file_is_resumed_by_the_next_one(servers: Servers) -> None:
-    size = servers.plans[KILL_REPO].total
-    proc = servers.fetch(KILL_REPO)
-    wait_for_bytes(servers.partial(KILL_REPO), proc)
-    proc.send_signal(signal.SIGKILL)  # what an undeploy does to a downloading replica
-    proc.communicate(timeout=30)
-    kept = servers.partial(KILL_REPO).stat().st_size
-    assert 0 < kept < size, kept
-    again = servers.fetch(KILL_REPO)
-    path = Path(finished(again))
-    assert path.resolve() == servers.blob(KILL_REPO).resolve()
-    assert _sha256(path) == servers.plans[KILL_REPO].files[0].sha256
-    statuses = servers.gets(KILL_REPO)
-    assert statuses == ["200", "206"], statuses
+    assert path.resolve() == servers.blob(REPO_ID).resolve() and not partial.exists()
+    assert _sha256(path) == plan.files[0].sha256
+    statuses = servers.gets(REPO_ID)
+    assert statuses[0] == "200" and set(statuses[1:]) == {"206"}, statuses

@@ -19,8 +19,10 @@ import httpx
 import ollama
 import openai
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from tests.support.admin import wait_deployment
+from tests.support.browser import launch_chromium
 from tests.support.gateway import RAYGATE, REPO, GatewayProcess, start_gateway
 from tests.support.hub import (
     OlahServer,
@@ -54,6 +56,12 @@ class Hub:
 
     def blobs(self, repo: str) -> Path:
         return self.home / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"
+
+    def partials(self, repo: str) -> list[Path]:
+        """What downloads of `repo` left mid-file, for the next one to resume."""
+        return list(
+            (self.home / "hub" / f"models--{repo.replace('/', '--')}" / "raygate" / "partial").iterdir()
+        )
 
     def gets(self, repo: str, name: str) -> int:
         """Downloads of `name` olah has served (its access log)."""
@@ -261,33 +269,50 @@ def downloading(url: str, name: str) -> dict[str, Any]:
 
 
 def test_a_download_cut_by_the_server_dying_recovers(hub: Hub, gateway: GatewayProcess) -> None:
-    r = deploy(gateway.url, {"name": "hub-cut", "source": {"hf": CUT_REPO}, **CHAT})
-    assert r.status_code == 202, r.text
+    """Its progress is in /admin, /metrics and the web console's model list while it downloads
+    and while the Hub is away; then it completes. (That it resumes from the bytes on the node is
+    tests/e2e/test_hub_resume.py: olah's mirror mode here answers every request with the whole file.)"""
     size = smollm2_gguf().stat().st_size
-    try:
-        # Progress is visible while it downloads: in /admin (state, bytes, rate) and in /metrics.
-        progress = downloading(gateway.url, "hub-cut")["download"]
-        assert 0 < progress["bytes_done"] <= progress["bytes_total"] == size
-        assert progress["bytes_per_s"] >= 0 and progress["repo"] == CUT_REPO and not progress["done"]
-        metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text.splitlines()
-        totals = [
-            float(line.rsplit(" ", 1)[1])
-            for line in metrics
-            if line.startswith("raygate:model_download_bytes{")
-            and 'kind="total"' in line
-            and '"hub-cut"' in line
-        ]
-        assert totals == [size], [m for m in metrics if "download" in m]
-        hub.server.stop()  # the connection drops mid-file
-        time.sleep(1)
-        hub.server.start()
-        status = wait_deployment(gateway.url, "hub-cut", settled, LOAD_TIMEOUT)
-        assert status["state"] == "ready", status
-        download = status["replicas"][0]["download"]
-        assert download["done"] and download["bytes_done"] == download["bytes_total"] == size
-        assert hub.gets(CUT_REPO, smollm2_gguf().name) >= 2  # the file was asked for again after the cut
-    finally:
-        undeploy(gateway.url, "hub-cut")
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"{gateway.url}/ui")  # the model list, refreshed every 2 s
+        r = deploy(gateway.url, {"name": "hub-cut", "source": {"hf": CUT_REPO}, **CHAT})
+        assert r.status_code == 202, r.text
+        try:
+            progress = downloading(gateway.url, "hub-cut")["download"]
+            assert 0 < progress["bytes_done"] <= progress["bytes_total"] == size
+            assert progress["bytes_per_s"] >= 0 and progress["repo"] == CUT_REPO and not progress["done"]
+            metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text.splitlines()
+            totals = [
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics
+                if line.startswith("raygate:model_download_bytes{")
+                and 'kind="total"' in line
+                and '"hub-cut"' in line
+            ]
+            assert totals == [size], [m for m in metrics if "download" in m]
+            hub.server.stop()  # the connection drops mid-file; the deployment keeps downloading
+            card = page.locator("article.deployment[data-name='hub-cut']")
+            expect(card.locator(".head .state")).to_have_text("downloading", timeout=60_000)
+            for bar in (card.locator("div.download progress"), card.locator("td.download progress")):
+                expect(bar).to_have_attribute("max", str(size))
+                assert 0 < float(bar.get_attribute("value") or 0) < size
+            total = f"{size / 1e6:.1f} MB"
+            expect(card.locator("div.download .words")).to_contain_text(f"/ {total} ·")
+            expect(card.locator("div.download .words")).to_contain_text("/s")
+            hub.server.start()
+            status = wait_deployment(gateway.url, "hub-cut", settled, LOAD_TIMEOUT)
+            assert status["state"] == "ready", status
+            download = status["replicas"][0]["download"]
+            assert download["done"] and download["bytes_done"] == download["bytes_total"] == size
+            assert hub.gets(CUT_REPO, smollm2_gguf().name) >= 2  # asked for again after the cut
+            expect(card.locator("div.download")).to_be_hidden()
+            expect(card.locator("td.download .words")).to_contain_text(f"{total} / {total} · done")
+        finally:
+            undeploy(gateway.url, "hub-cut")
+            browser.close()
 
 
 def test_an_undeploy_while_downloading_stops_the_download(hub: Hub, gateway: GatewayProcess) -> None:
@@ -296,8 +321,8 @@ def test_an_undeploy_while_downloading_stops_the_download(hub: Hub, gateway: Gat
     downloading(gateway.url, "hub-stop")
     undeploy(gateway.url, "hub-stop")
     assert httpx.get(f"{gateway.url}/admin/deployments/hub-stop", timeout=30).status_code == 404
-    partial = list(hub.blobs(STOP_REPO).glob("*.incomplete"))
-    assert len(partial) == 1, list(hub.blobs(STOP_REPO).iterdir())
+    partial = hub.partials(STOP_REPO)  # kept: the next download of the file resumes from it
+    assert len(partial) == 1, partial
     size = partial[0].stat().st_size
     time.sleep(3)  # a download still running would have grown it (it moves megabytes a second)
     assert partial[0].stat().st_size == size < smollm2_gguf().stat().st_size
