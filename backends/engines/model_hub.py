@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 from raygate.backends.engines.model_files import ModelFileError
 from raygate.protocol.admin import DownloadProgress
-from raygate.protocol.config import ModelSource
+from raygate.protocol.config import ModelConfig, ModelSource
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # `name-00001-of-00003.gguf`: llama.cpp's split GGUF; loading the first shard loads them all.
@@ -591,6 +591,52 @@ def pin_projector(source: ModelSource) -> ModelSource:
 def _unreachable(exc: HubError) -> bool:
     cause = exc.__context__
     return cause is not None and isinstance(cause, Exception) and _transient(cause)
+
+
+# ---- a replica's Hub files ---------------------------------------------------------------------
+
+
+def hub_downloads(config: ModelConfig) -> dict[str, Download]:
+    """What a replica of `config` fetches from a Hub before its engine loads: `source`, and a
+    vision model's `vision.projector`, each that comes from a Hub, by the field it replaces."""
+    downloads = {}
+    if config.source is not None and config.source.hub is not None:
+        downloads["source"] = Download(config.source, folder=config.backend == "vllm")
+    projector = config.vision.projector if config.vision is not None else None
+    if projector is not None and projector.hub is not None:
+        downloads["projector"] = Download(projector, folder=False)
+    return downloads
+
+
+def fetch_hub_files(config: ModelConfig, downloads: dict[str, Download]) -> ModelConfig:
+    """Fetch `downloads` onto this node (one after the other) and return `config` with each Hub
+    source replaced by the local `path` it landed at, so the engine resolves the model and its
+    projector alike, with `model_files.resolve_model_file`."""
+    local = {field: ModelSource(path=str(d.run())) for field, d in downloads.items()}
+    if "source" in local:
+        config = config.model_copy(update={"source": local["source"]})
+    if "projector" in local and config.vision is not None:
+        vision = config.vision.model_copy(update={"projector": local["projector"]})
+        config = config.model_copy(update={"vision": vision})
+    return config
+
+
+def combined_progress(downloads: dict[str, Download]) -> DownloadProgress | None:
+    """One reading for a replica's downloads (the model's, then its projector's): their files and
+    bytes added up; done (and cached) when each is."""
+    readings = [r for r in (d.progress() for d in downloads.values()) if r is not None]
+    if not readings:
+        return None
+    return readings[0].model_copy(
+        update={
+            "files": [f for r in readings for f in r.files][:64],
+            "bytes_done": sum(r.bytes_done for r in readings),
+            "bytes_total": sum(r.bytes_total for r in readings),
+            "bytes_per_s": round(sum(r.bytes_per_s for r in readings), 1),
+            "done": all(r.done for r in readings) and len(readings) == len(downloads),
+            "cached": all(r.cached for r in readings) and len(readings) == len(downloads),
+        }
+    )
 
 
 def is_hub(source: Any) -> bool:

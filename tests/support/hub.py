@@ -122,6 +122,22 @@ def split_gguf(source: Path, out_dir: Path, shards: int = 2) -> list[Path]:
     return written
 
 
+def projector_gguf(path: Path) -> Path:
+    """A small GGUF shaped like a vision model's projector (`clip` architecture, one tensor), with
+    the gguf library's own writer: real GGUF bytes for the download tests, not a loadable model."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, "clip")
+    writer.add_string("general.name", "raygate test projector")
+    writer.add_tensor("mm.0.weight", np.arange(16 * 64, dtype=np.float32).reshape(16, 64))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def smollm2_gguf() -> Path:
     """The chat GGUF the project ships in a package (~100 MB): the tests' Hub repositories hold it."""
     from raygate.backends.engines.model_files import resolve_model_file

@@ -410,7 +410,6 @@ class Controller:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
         return spec
 
-
     @staticmethod
     async def _pin_projector(spec: ModelConfig) -> ModelConfig:
         """A llama.cpp vision model from a Hub GGUF repository without a `vision.projector` takes
