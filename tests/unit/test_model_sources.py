@@ -173,3 +173,19 @@ def test_a_replicas_progress_adds_up_its_downloads() -> None:
     unplanned = Download(ModelSource(hf="org/vlm-GGUF"), folder=False)
     half = combined_progress({"source": download("m.gguf", 100, True), "projector": unplanned})
     assert half is not None and half.bytes_total == 100 and not half.done
+
+
+def test_the_cli_deploys_a_vision_model_from_a_hub_with_its_projector_left_to_the_deploy() -> None:
+    from raygate.client.commands import _spec
+    from raygate.server.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["deploy", "vlm", "--hf", "ggml-org/gemma-3-4b-it-GGUF:Q4_K_M", "--vision"]
+    )
+    spec = _spec(args)
+    assert spec["vision"] == {} and spec["source"] == {
+        "hf": "ggml-org/gemma-3-4b-it-GGUF",
+        "file": "*Q4_K_M*.gguf",
+    }
+    assert ModelConfig.model_validate(spec).vision == VisionConfig()
+    assert "vision" not in _spec(build_parser().parse_args(["deploy", "txt", "--hf", "org/repo:Q8_0"]))
