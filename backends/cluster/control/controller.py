@@ -41,7 +41,7 @@ from raygate.backends.cluster.runtime.placement import (
 )
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
-from raygate.backends.engines.model_hub import pin
+from raygate.backends.engines.model_hub import hf_offline, pin, pin_projector
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
 from raygate.protocol.config import AdapterConfig, ModelConfig
@@ -388,6 +388,7 @@ class Controller:
             except ModelFileError as exc:
                 raise BadRequestError(str(exc), param="source") from None
             spec = spec.model_copy(update={"source": source})
+            spec = await self._pin_projector(spec)
         elif spec.source is not None:
             if spec.source.path is not None and not Path(spec.source.path).is_absolute():
                 raise BadRequestError(
@@ -408,6 +409,25 @@ class Controller:
         if why is not None:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
         return spec
+
+    @staticmethod
+    async def _pin_projector(spec: ModelConfig) -> ModelConfig:
+        """A llama.cpp vision model from a Hub GGUF repository without a `vision.projector` takes
+        the repository's `mmproj` GGUF, pinned like the model (a 400 when it has none or several);
+        a projector given from a Hub is pinned too. vLLM reads its vision tower from the folder."""
+        vision, source = spec.vision, spec.source
+        if vision is None or source is None or spec.backend != "llama_cpp":
+            return spec
+        try:
+            if vision.projector is None and source.hub is not None and not hf_offline():
+                projector = await asyncio.to_thread(pin_projector, source)
+            elif vision.projector is not None and vision.projector.hub is not None:
+                projector = await asyncio.to_thread(pin, vision.projector, folder=False)
+            else:
+                return spec
+        except ModelFileError as exc:
+            raise BadRequestError(str(exc), param="vision.projector") from None
+        return spec.model_copy(update={"vision": vision.model_copy(update={"projector": projector})})
 
 
 def _all_ids(spec: ModelConfig) -> set[str]:

@@ -38,7 +38,7 @@ from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
 from raygate.backends.engines.base import Engine, EngineStats
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.model_files import ModelFileError, generation_defaults, resolve_model_file
-from raygate.backends.engines.model_hub import Download
+from raygate.backends.engines.model_hub import combined_progress, fetch_hub_files, hub_downloads
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError
@@ -88,16 +88,14 @@ class ModelWorker:
         self._inflight = 0
         self._draining = False
         self._socket = SocketServer(self.generate)
-        source = config.source
-        self._download = Download(source, folder=config.backend == "vllm") if source and source.hub else None
+        self._downloads = hub_downloads(config)
 
     async def start(self) -> dict[str, Any]:
         """Load the model; called once by the controller, which treats an exception as `failed`.
         A Hub source is fetched onto this node first (backends/engines/model_hub.py); the engine
         then loads the local copy."""
-        if self._download is not None:
-            local = await asyncio.to_thread(self._download.run)
-            self._config = self._config.model_copy(update={"source": ModelSource(path=str(local))})
+        if self._downloads:
+            self._config = await asyncio.to_thread(fetch_hub_files, self._config, self._downloads)
         recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
         engine = make_engine(self._config)
         await engine.start()
@@ -115,9 +113,9 @@ class ModelWorker:
 
     async def progress(self) -> dict[str, Any] | None:
         """The Hub download's progress (None for local weights, or before the files are known)."""
-        if self._download is None:
+        if not self._downloads:
             return None
-        reading = await asyncio.to_thread(self._download.progress)
+        reading = await asyncio.to_thread(combined_progress, self._downloads)
         return reading.model_dump() if reading is not None else None
 
     def _require(self) -> Engine:
