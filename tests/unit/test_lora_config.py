@@ -34,13 +34,26 @@ def test_adapters_are_part_of_the_spec() -> None:
         ({"aliases": ["x"], "adapters": [_adapter("x")]}, "`x`"),
         ({"adapters": [_adapter("bad name")]}, "bad name"),
         ({"adapters": [_adapter("a", scale=float("nan"))]}, "scale"),
-        ({"backend": "vllm", "adapters": [_adapter("a")]}, "llama_cpp"),
+        ({"backend": "synthetic", "adapters": [_adapter("a")]}, "llama_cpp"),
+        ({"backend": "vllm", "adapters": [_adapter("a", scale=0.5)]}, "`a`: vLLM applies adapters at `scale` 1.0"),
         ({"task": "embed", "adapters": [_adapter("a")]}, "generate"),
     ],
 )
 def test_bad_adapters_are_refused_by_name(extra: dict[str, Any], named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         ModelConfig.model_validate(_model(**extra))
+
+
+def test_which_models_take_adapters_at_run_time() -> None:
+    def takes(**extra: Any) -> bool:
+        return ModelConfig.model_validate(_model(**extra)).takes_adapters
+
+    assert takes() and takes(adapters=[_adapter("a")])
+    assert not takes(task="embed")
+    # vLLM: only an engine started with LoRA on (its `--enable-lora`), which `adapters:` implies.
+    assert takes(backend="vllm", adapters=[_adapter("a")])
+    assert takes(backend="vllm", engine={"enable_lora": True})
+    assert not takes(backend="vllm")
 
 
 def test_an_adapter_name_is_a_model_id_of_the_whole_config() -> None:
