@@ -15,7 +15,12 @@ from pydantic import ValidationError
 
 from raygate.backends.cluster.control.registrations import load_registrations
 from raygate.backends.cluster.stores.state_file import StateFileError, load_specs, state_file
-from raygate.backends.engines.model_files import ModelFileError, anchor_source, resolve_adapter, resolve_model_file
+from raygate.backends.engines.model_files import (
+    ModelFileError,
+    anchor_source,
+    resolve_adapter,
+    resolve_model_file,
+)
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.base import describe_errors
 from raygate.protocol.config import GatewayConfig, ModelConfig

@@ -35,7 +35,10 @@ def test_adapters_are_part_of_the_spec() -> None:
         ({"adapters": [_adapter("bad name")]}, "bad name"),
         ({"adapters": [_adapter("a", scale=float("nan"))]}, "scale"),
         ({"backend": "synthetic", "adapters": [_adapter("a")]}, "llama_cpp"),
-        ({"backend": "vllm", "adapters": [_adapter("a", scale=0.5)]}, "`a`: vLLM applies adapters at `scale` 1.0"),
+        (
+            {"backend": "vllm", "adapters": [_adapter("a", scale=0.5)]},
+            "`a`: vLLM applies adapters at `scale` 1.0",
+        ),
         ({"task": "embed", "adapters": [_adapter("a")]}, "generate"),
     ],
 )

@@ -102,7 +102,8 @@ class ModelWorker:
         engine = make_engine(self._config)
         await engine.start()
         for adapter in self._config.adapters:  # a bad one fails the replica, naming it
-            await engine.load_adapter(adapter.name, str(resolve_adapter(adapter.source, self._config.backend)))
+            path = resolve_adapter(adapter.source, self._config.backend)
+            await engine.load_adapter(adapter.name, str(path))
         self._engine = engine
         socket = await self._socket.start() if self._config.task == "generate" else None
         return {

@@ -23,8 +23,8 @@ import openai
 import pytest
 
 from tests.support.gateway import GatewayProcess, start_gateway
-from tests.support.release import stop_and_release
 from tests.support.lora import build_adapters
+from tests.support.release import stop_and_release
 from tests.support.vllm import VLLM_NAMESPACE, VllmDeployment, missing_setup, session_config
 
 ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core machine

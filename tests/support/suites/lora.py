@@ -138,7 +138,15 @@ def test_load_and_unload_at_run_time(
     # Unloaded with curl: the name is gone, the base answers as before.
     done = subprocess.run(
         [
-            *("curl", "-sS", "-w", "\n%{http_code}", "-X", "POST", f"{lora_gateway.url}/v1/unload_lora_adapter"),
+            *(
+                "curl",
+                "-sS",
+                "-w",
+                "\n%{http_code}",
+                "-X",
+                "POST",
+                f"{lora_gateway.url}/v1/unload_lora_adapter",
+            ),
             *("-H", "Content-Type: application/json", *lora_gateway.curl_auth()),
             *("-d", json.dumps({"lora_name": "tuned-c"})),
         ],
@@ -192,7 +200,11 @@ def test_bad_adapter_requests_are_refused_by_name(
     ]
     if backend == "vllm":  # vLLM applies an adapter at full strength only
         cases.append(
-            ({"lora_name": "half", "lora_path": str(adapters[A]), "base_model_name": BASE, "scale": 0.5}, 400, "half")
+            (
+                {"lora_name": "half", "lora_path": str(adapters[A]), "base_model_name": BASE, "scale": 0.5},
+                400,
+                "half",
+            )
         )
     for body, status, named in cases:
         r = raw_post(admin_client, "/load_lora_adapter", body)
