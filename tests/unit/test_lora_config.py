@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from raygate.protocol.config import GatewayConfig, ModelConfig
+from raygate.backends.engines.model_files import ModelFileError, resolve_adapter
+from raygate.protocol.config import GatewayConfig, ModelConfig, ModelSource
 from raygate.server.access.admin_auth import is_admin_path
 
 SOURCE = {"path": "/models/base.gguf"}
@@ -68,3 +70,17 @@ def test_vllms_lora_endpoints_want_the_admin_key() -> None:
     assert is_admin_path("POST", "/v1/load_lora_adapter")
     assert is_admin_path("POST", "/v1/unload_lora_adapter")
     assert not is_admin_path("POST", "/v1/chat/completions")
+
+
+def test_an_adapter_is_a_gguf_file_for_llama_cpp_and_a_peft_folder_for_vllm(tmp_path: Path) -> None:
+    gguf = tmp_path / "a.gguf"
+    gguf.write_bytes(b"GGUF")
+    peft = tmp_path / "a-peft"
+    peft.mkdir()
+    (peft / "adapter_config.json").write_text("{}")
+    assert resolve_adapter(ModelSource(path=str(gguf)), "llama_cpp") == gguf
+    assert resolve_adapter(ModelSource(path=str(peft)), "vllm") == peft
+    with pytest.raises(ModelFileError, match="no adapter_config.json"):
+        resolve_adapter(ModelSource(path=str(gguf)), "vllm")
+    with pytest.raises(ModelFileError, match="not found"):
+        resolve_adapter(ModelSource(path=str(peft)), "llama_cpp")
