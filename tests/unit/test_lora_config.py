@@ -80,7 +80,7 @@ def test_an_adapter_is_a_gguf_file_for_llama_cpp_and_a_peft_folder_for_vllm(tmp_
     (peft / "adapter_config.json").write_text("{}")
     assert resolve_adapter(ModelSource(path=str(gguf)), "llama_cpp") == gguf
     assert resolve_adapter(ModelSource(path=str(peft)), "vllm") == peft
-    with pytest.raises(ModelFileError, match="no adapter_config.json"):
+    with pytest.raises(ModelFileError, match=r"no adapter_config\.json"):
         resolve_adapter(ModelSource(path=str(gguf)), "vllm")
     with pytest.raises(ModelFileError, match="not found"):
         resolve_adapter(ModelSource(path=str(peft)), "llama_cpp")
