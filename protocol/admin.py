@@ -153,8 +153,8 @@ class LoadLoraAdapterRequest(StrictModel):
     lora_path: str = Field(
         min_length=1,
         max_length=4096,
-        description="The adapter's file on the replicas' nodes: an absolute path or `~/...` (a GGUF "
-        "LoRA for llama.cpp).",
+        description="The adapter on the replicas' nodes: an absolute path or `~/...` (a GGUF LoRA "
+        "file for llama.cpp, a PEFT adapter folder for vLLM).",
     )
     base_model_name: str | None = Field(
         None,

@@ -168,7 +168,7 @@ class AdapterConfig(StrictModel):
         ge=-100,
         le=100,
         allow_inf_nan=False,
-        description="How strongly it applies (llama.cpp's `--lora-scaled`).",
+        description="How strongly it applies (llama.cpp's `--lora-scaled`); vLLM applies 1.0 only.",
     )
 
     @field_validator("name")
@@ -450,9 +450,23 @@ class ModelConfig(StrictModel):
         for name in names:
             if names.count(name) > 1 or name in self.ids:
                 raise ValueError(f"adapter name `{name}` is listed twice or is one of the model's ids")
-        if names and (self.backend != "llama_cpp" or self.task != "generate"):
-            raise ValueError("`adapters` need `backend: llama_cpp` and `task: generate`")
+        if names and (self.backend not in ("llama_cpp", "vllm") or self.task != "generate"):
+            raise ValueError("`adapters` need `backend: llama_cpp` or `vllm`, and `task: generate`")
+        if self.backend == "vllm":
+            scaled = [a.name for a in self.adapters if a.scale != 1.0]
+            if scaled:
+                raise ValueError(f"adapter `{scaled[0]}`: vLLM applies adapters at `scale` 1.0 only")
         return self
+
+    @property
+    def takes_adapters(self) -> bool:
+        """Whether LoRA adapters can be loaded onto it at run time: a llama.cpp generation model,
+        or a vLLM one started with LoRA on (`adapters:` or `engine: {enable_lora: true}`)."""
+        if self.task != "generate":
+            return False
+        if self.backend == "vllm":
+            return bool(self.adapters) or bool(self.engine.get("enable_lora"))
+        return self.backend == "llama_cpp"
 
     @model_validator(mode="after")
     def _one_replica_count(self) -> ModelConfig:

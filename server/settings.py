@@ -15,7 +15,12 @@ from pydantic import ValidationError
 
 from raygate.backends.cluster.control.registrations import load_registrations
 from raygate.backends.cluster.stores.state_file import StateFileError, load_specs, state_file
-from raygate.backends.engines.model_files import ModelFileError, anchor_source, resolve_model_file
+from raygate.backends.engines.model_files import (
+    ModelFileError,
+    anchor_source,
+    resolve_adapter,
+    resolve_model_file,
+)
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.base import describe_errors
 from raygate.protocol.config import GatewayConfig, ModelConfig
@@ -412,7 +417,7 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
                 raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
         for adapter in spec.adapters:
             try:
-                resolve_model_file(adapter.source)
+                resolve_adapter(adapter.source, spec.backend)
             except ModelFileError as exc:
                 raise ConfigError(
                     f"adapter `{adapter.name}` of `{spec.name}` in {settings.config_path}: {exc}"

@@ -26,6 +26,7 @@ def make_engine(config: ModelConfig) -> Engine:
             engine_kwargs=config.engine,
             num_gpus=config.num_gpus,
             reasoning=config.reasoning,
+            lora=bool(config.adapters),
         )
     if (
         config.backend == "llama_cpp"

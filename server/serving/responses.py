@@ -86,7 +86,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
     async def respond(self) -> Response:
         model = self.resolve()
         await self._read_conversation()
-        deltas = merge([model.generate(r) for r in self.sequences()])
+        deltas = merge([model.generate(r) for r in self.sampled_sequences(model)])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
         tally = await collect(self.request, deltas)

@@ -1,17 +1,36 @@
-"""The two LoRA adapters `examples/lora.yaml` serves, built once per machine by
-models/build_lora_adapters.py (peft on SmolLM2's HF folder, converted with llama.cpp's script)."""
+"""The two LoRA adapters `examples/lora.yaml` and `examples/lora-vllm.yaml` serve, built once per
+machine by models/build_lora_adapters.py (peft on SmolLM2's HF folder, converted with llama.cpp's
+script), and the gateway the LoRA suite (tests/support/suites/lora.py) talks to."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 BUILDER = Path(__file__).resolve().parents[2] / "models" / "build_lora_adapters.py"
 # A prompt with many likely answers: a random adapter moves its greedy answer, where a question
 # with one confident answer ("the capital of France") may keep it.
 PROMPT = "Tell me a short story about a cat."
+BASE, A, B = "smollm2-135m-instruct", "smollm2-lora-a", "smollm2-lora-b"
+
+
+@dataclass(frozen=True)
+class LoraGateway:
+    """A gateway serving BASE with adapters A and B. `admin_key` None: its admin routes are open;
+    `state_dir` None: it persists no registry."""
+
+    url: str
+    admin_key: str | None = None
+    state_dir: Path | None = None
+
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
+
+    def curl_auth(self) -> list[str]:
+        return [arg for k, v in self.auth().items() for arg in ("-H", f"{k}: {v}")]
 
 
 def build_adapters() -> dict[str, Path]:
@@ -26,6 +45,11 @@ def build_adapters() -> dict[str, Path]:
     )
     pairs = (line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
     return {name: Path(path) for name, path in pairs}
+
+
+def peft_folders(ggufs: dict[str, Path]) -> dict[str, Path]:
+    """The PEFT folder (what vLLM loads) beside each GGUF the builder printed."""
+    return {name: path.parent for name, path in ggufs.items()}
 
 
 def assert_each_got_its_own(

@@ -15,6 +15,18 @@ import yaml
 from tests.support.gateway import REPO, GatewayProcess
 
 VLLM_CONFIG = REPO / "examples" / "vllm-cpu.yaml"
+LORA_VLLM_CONFIG = REPO / "examples" / "lora-vllm.yaml"
+
+
+def session_config(out: Path) -> Path:
+    """The config the session's vLLM gateway serves, written to `out`: examples/vllm-cpu.yaml with
+    its chat model as examples/lora-vllm.yaml declares it (the same model, LoRA on, adapters A and
+    B), so the LoRA suite runs on the same EngineCore as the rest of the folder instead of a third
+    one (tests/e2e/vllm/test_vllm_lora.py). The adapters must be built (tests/support/lora.py)."""
+    models = yaml.safe_load(VLLM_CONFIG.read_text())["models"]
+    lora = {m["name"]: m for m in yaml.safe_load(LORA_VLLM_CONFIG.read_text())["models"]}
+    out.write_text(yaml.safe_dump({"models": [lora.get(m["name"], m) for m in models]}, sort_keys=False))
+    return out
 
 
 def missing_setup() -> str | None:

@@ -40,7 +40,7 @@ from raygate.backends.cluster.runtime.placement import (
     state_actor_options,
 )
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
-from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
+from raygate.backends.engines.model_files import ModelFileError, resolve_adapter, resolve_model_file
 from raygate.backends.engines.model_hub import hf_offline, pin, pin_projector
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
@@ -259,13 +259,17 @@ class Controller:
                     param="lora_name",
                     code="model_exists",
                 )
+        if deployment.spec.backend == "vllm" and adapter.scale != 1.0:
+            raise BadRequestError(
+                f"LoRA adapter `{name}`: vLLM applies adapters at `scale` 1.0 only.", param="scale"
+            )
         path = adapter.source.path
         if path is not None and not (Path(path).is_absolute() or path.startswith("~")):
             raise BadRequestError(f"`lora_path` must be absolute (got `{path}`).", param="lora_path")
         actors = deployment.ready_actors()
         if not actors:  # none to ask (autoscaled to zero, loading): at least the file must be here
             try:
-                await asyncio.to_thread(resolve_model_file, adapter.source)
+                await asyncio.to_thread(resolve_adapter, adapter.source, deployment.spec.backend)
             except ModelFileError as exc:
                 raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
         loaded: list[Any] = []
@@ -303,11 +307,7 @@ class Controller:
     def _adapter_base(self, base: str | None) -> Deployment:
         """The deployment an adapter goes on: the one named (name or alias), or the only one that
         can take adapters (vLLM's server has one model, and its body names none)."""
-        able = [
-            d
-            for d in self._deployments.values()
-            if d.spec.backend == "llama_cpp" and d.spec.task == "generate"
-        ]
+        able = [d for d in self._deployments.values() if d.spec.takes_adapters]
         if base is None:
             if len(able) != 1:
                 raise BadRequestError(
@@ -320,7 +320,8 @@ class Controller:
             if base in deployment.spec.ids:
                 if deployment not in able:
                     raise BadRequestError(
-                        f"Model `{base}` cannot take LoRA adapters (llama.cpp generation models can).",
+                        f"Model `{base}` cannot take LoRA adapters (llama.cpp generation models "
+                        "can, and vLLM ones started with `enable_lora`).",
                         param="base_model_name",
                     )
                 return deployment

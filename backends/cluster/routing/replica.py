@@ -37,7 +37,7 @@ from raygate.backends.cluster.routing.socket_stream import SocketServer
 from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
 from raygate.backends.engines.base import Engine, EngineStats
 from raygate.backends.engines.factory import make_engine
-from raygate.backends.engines.model_files import ModelFileError, generation_defaults, resolve_model_file
+from raygate.backends.engines.model_files import ModelFileError, generation_defaults, resolve_adapter
 from raygate.backends.engines.model_hub import combined_progress, fetch_hub_files, hub_downloads
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ModelConfig, ModelSource
@@ -100,7 +100,8 @@ class ModelWorker:
         engine = make_engine(self._config)
         await engine.start()
         for adapter in self._config.adapters:  # a bad one fails the replica, naming it
-            await engine.load_adapter(adapter.name, str(resolve_model_file(adapter.source)))
+            path = resolve_adapter(adapter.source, self._config.backend)
+            await engine.load_adapter(adapter.name, str(path))
         self._engine = engine
         socket = await self._socket.start() if self._config.task == "generate" else None
         return {
@@ -153,7 +154,7 @@ class ModelWorker:
     async def load_adapter(self, name: str, source: ModelSource) -> None:
         """A LoRA adapter added at run time (`POST /v1/load_lora_adapter`), read on this node."""
         try:
-            path = resolve_model_file(source)
+            path = resolve_adapter(source, self._config.backend)
         except ModelFileError as exc:
             raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
         await self._require().load_adapter(name, str(path))

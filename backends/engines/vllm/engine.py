@@ -37,6 +37,7 @@ from raygate.backends.engines.base import (
 from raygate.backends.engines.reasoning import END, START, ReasoningFormat, closing_text
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
+from raygate.backends.engines.vllm.lora import VllmAdapters
 from raygate.backends.engines.vllm.support import (
     CoreCounters,
     TokenPieces,
@@ -91,6 +92,7 @@ class VllmEngine(Engine):
         num_gpus: float = 0.0,
         rank: bool = False,
         reasoning: ReasoningConfig | None = None,
+        lora: bool = False,
     ) -> None:
         super().__init__(VllmEngineStats())
         self._reasoning = reasoning
@@ -99,6 +101,11 @@ class VllmEngine(Engine):
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
+        if lora:  # the spec lists adapters: vLLM's `--enable-lora`, unless the config says otherwise
+            self._kwargs.setdefault("enable_lora", True)
+        # A rebuilt engine (after an EngineCore death) has none loaded: vLLM reads an adapter's
+        # folder again on its first request, since every request carries its `LoRARequest`.
+        self._adapters = VllmAdapters()
         # A cross-encoder (`rank`) runs on vLLM's pooling runner too, as a classifier.
         self._embedding = embedding or rank
         self._rank = rank
@@ -257,14 +264,15 @@ class VllmEngine(Engine):
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
         budget = vllm_thinking_budget(thinking, ids, self._start_ids)
         params = generate_params(request, ids, self._context, self._vocab, budget)
+        adapter = self._adapters.request(request.lora)
         assert self._pieces is not None
         relay = DeltaRelay(ids, request, self._pieces, thinking)
 
         rid = request.request_id
         with self._running(rid) as run:
-            stream = llm.generate({"prompt_token_ids": ids}, params, rid)
+            stream = llm.generate({"prompt_token_ids": ids}, params, rid, lora_request=adapter)
             try:
-                async with contextlib.aclosing(stream):
+                async with self._adapters.using(llm, adapter), contextlib.aclosing(stream):
                     # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.
                     async for result in stream:
                         self._stats.tokens_generated_total += relay.read(result)
@@ -280,6 +288,21 @@ class VllmEngine(Engine):
                 raise BadRequestError(
                     str(exc.args[0] if exc.args else exc), param=error_param(exc, request)
                 ) from None
+
+    # -- LoRA adapters (lora.py) --------------------------------------------------------------
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        llm = self._engine()
+        if self._embedding or not self._kwargs.get("enable_lora"):
+            raise BadRequestError(
+                f"LoRA adapter `{name}`: this model was started without LoRA (a generation model "
+                "with `engine: {enable_lora: true}` or `adapters:` takes them).",
+                param="lora_name",
+            )
+        await self._adapters.load(llm, name, path)
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._adapters.unload(self._engine(), name)
 
     # -- embeddings ---------------------------------------------------------------------------
 

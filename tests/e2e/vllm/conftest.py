@@ -1,4 +1,5 @@
-"""Fixtures for the tests that run against models served by vLLM (examples/vllm-cpu.yaml).
+"""Fixtures for the tests that run against models served by vLLM (examples/vllm-cpu.yaml, its chat
+model with LoRA on and two adapters as examples/lora-vllm.yaml declares it).
 
 One extra gateway for this folder, attached to the session's Ray: each vLLM engine start costs
 25-50 s on 2 cores (more when the machine is busy), so the folder's tests run as one block (also
@@ -22,8 +23,9 @@ import openai
 import pytest
 
 from tests.support.gateway import GatewayProcess, start_gateway
+from tests.support.lora import build_adapters
 from tests.support.release import stop_and_release
-from tests.support.vllm import VLLM_CONFIG, VLLM_NAMESPACE, VllmDeployment, missing_setup
+from tests.support.vllm import VLLM_NAMESPACE, VllmDeployment, missing_setup, session_config
 
 ENGINE_START_TIMEOUT_S = 900  # two engines starting at once on a busy 2-core machine
 
@@ -57,10 +59,12 @@ def vllm_setup() -> None:
 def vllm(
     vllm_setup: None, ray_address: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmDeployment]:
-    log_path = tmp_path_factory.mktemp("vllm-gateway") / "gateway.log"
+    tmp = tmp_path_factory.mktemp("vllm-gateway")
+    build_adapters()  # the chat model serves the LoRA suite's adapters (test_vllm_lora.py)
+    config = session_config(tmp / "vllm-lora.yaml")
     gw = start_gateway(
-        ["--config", str(VLLM_CONFIG), "--ray-address", ray_address, "--ray-namespace", VLLM_NAMESPACE],
-        log_path,
+        ["--config", str(config), "--ray-address", ray_address, "--ray-namespace", VLLM_NAMESPACE],
+        tmp / "gateway.log",
         timeout=ENGINE_START_TIMEOUT_S,
     )
     yield VllmDeployment(gw)
