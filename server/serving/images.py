@@ -33,6 +33,7 @@ import hashlib
 import io
 import ipaddress
 import socket
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
@@ -148,7 +149,7 @@ def inspect(ref: ImageRef, data: bytes, vision: VisionConfig) -> ImageInput:
     if not data:
         raise ImageError(ref, "the image is empty.")
     try:
-        with Image.open(io.BytesIO(data), formats=FORMATS) as image:
+        with _open(data) as image:
             width, height = image.size
             fmt = str(image.format)
             # The header's size, before any pixel is decoded.
@@ -159,7 +160,7 @@ def inspect(ref: ImageRef, data: bytes, vision: VisionConfig) -> ImageInput:
                     f"{vision.max_image_pixels} pixels per image.",
                 )
             image.verify()
-        with Image.open(io.BytesIO(data), formats=FORMATS) as image:
+        with _open(data) as image:
             image.load()  # a truncated or corrupt file fails here, not in the engine
     except Image.DecompressionBombError:
         raise ImageError(
@@ -172,6 +173,14 @@ def inspect(ref: ImageRef, data: bytes, vision: VisionConfig) -> ImageInput:
     return ImageInput(
         data=data, digest=hashlib.sha256(data).hexdigest(), width=width, height=height, format=fmt
     )
+
+
+def _open(data: bytes) -> Image.Image:
+    """PIL's lazy open (the header only). PIL warns past its own pixel limit (and refuses past
+    twice that); the model's limit, checked by the caller, decides below it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(io.BytesIO(data), formats=FORMATS)
 
 
 # -- fetching -------------------------------------------------------------------------------------
