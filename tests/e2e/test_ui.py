@@ -199,6 +199,7 @@ def test_playground_streams_a_real_chat_embeds_and_reranks(page: Page) -> None:
     use_keys(page)
     page.click(".tab[data-page=playground]")
     page.locator("#chat-model").select_option(CHAT_MODEL)
+    expect(page.locator("#chat-image-row")).to_be_hidden()  # a text-only model takes no image
     page.fill("#chat-form [name=system]", "You are a helpful assistant.")
     page.fill("#chat-form [name=temperature]", "0")
     page.fill("#chat-form [name=max_tokens]", "24")
