@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 from raygate.protocol.common import SamplingFields, Usage
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.extensions import fold_n_probs
-from raygate.protocol.generation import ChatMessage, FinishReason, SamplingParams, ToolsSpec
+from raygate.protocol.generation import ChatMessage, FinishReason, ImageInput, SamplingParams, ToolsSpec
+from raygate.protocol.images import ImageReader, ImageRef, text_only, turn_content
 from raygate.protocol.reasoning import thinking_control
 from raygate.protocol.tools import (
     MAX_TOOLS,
@@ -28,17 +29,37 @@ from raygate.protocol.tools import (
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
+class ImageURL(RequestModel):
+    """An `image_url` part's image: a `data:` URL, or an `http(s)` URL the gateway fetches only when
+    the operator allows its host (`--image-fetch-domain`, docs/vision.md). `detail` is accepted."""
+
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
 class ContentPart(RequestModel):
-    """One element of a `content` array. Any `type` parses, so an image part is refused with a 400 naming its
-    message (`ChatMessageIn.text`) rather than a validation error."""
+    """One element of a `content` array. Any `type` parses, so a part no model here reads (audio,
+    files) is refused with a 400 naming it (`ChatMessageIn.parts`) rather than a validation error."""
 
     type: str
     text: str | None = None
+    image_url: ImageURL | str | None = None
+    # Where this part came from when a translation made it (Ollama's `messages[0].images[1]`):
+    # the field path an error names instead of chat's.
+    _param: str | None = PrivateAttr(None)
+
+    def image_ref(self, param: str) -> ImageRef:
+        where = self._param or f"{param}.image_url"
+        if self.image_url is None:
+            raise BadRequestError("An `image_url` part needs `image_url.url`.", param=where)
+        if isinstance(self.image_url, str):  # vLLM takes the URL alone too
+            return ImageRef(self.image_url, where)
+        return ImageRef(self.image_url.url, where, self.image_url.detail)
 
 
 class ChatMessageIn(RequestModel):
     """A chat turn as clients send it, any role OpenAI defines (`developer` and legacy `function` included);
-    becomes the engine's text-only `ChatMessage`."""
+    becomes the engine's `ChatMessage` (its text, and its images in `parts`)."""
 
     role: Role
     content: str | list[ContentPart] | None = None
@@ -46,22 +67,29 @@ class ChatMessageIn(RequestModel):
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
 
-    def text(self, index: int) -> str:
-        """Flatten content parts to text; a part a text-only model cannot read is a 400, not dropped."""
+    def parts(self, index: int, see: ImageReader = text_only) -> list[str | ImageInput]:
+        """The content's text and images in order; a part no model here reads is a 400, not dropped."""
         if self.content is None:
-            return ""
+            return []
         if isinstance(self.content, str):
-            return self.content
-        texts: list[str] = []
-        for part in self.content:
-            if part.type != "text" or part.text is None:
+            return [self.content]
+        out: list[str | ImageInput] = []
+        for j, part in enumerate(self.content):
+            if part.type == "image_url" and self.role == "user":
+                out.append(see(part.image_ref(f"messages[{index}].content[{j}]")))
+            elif part.type != "text" or part.text is None:
                 raise BadRequestError(
-                    f"Content part of type `{part.type}` is not supported by this model "
-                    "(it accepts text parts only).",
-                    param=f"messages[{index}].content",
+                    f"Content part of type `{part.type}` is not supported here "
+                    "(text parts, and `image_url` parts in user turns to a vision model).",
+                    param=f"messages[{index}].content[{j}]",
                 )
-            texts.append(part.text)
-        return "".join(texts)
+            else:
+                out.append(part.text)
+        return out
+
+    def text(self, index: int) -> str:
+        """The content as text alone (an image is a 400: paths that read text only)."""
+        return "".join(p for p in self.parts(index) if isinstance(p, str))
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -152,7 +180,8 @@ class ChatCompletionRequest(SamplingFields):
     def tools_spec(self) -> ToolsSpec | None:
         return tools_spec(self.tools, self.tool_choice, self.parallel_tool_calls)
 
-    def to_engine_messages(self) -> list[ChatMessage]:
+    def to_engine_messages(self, see: ImageReader = text_only) -> list[ChatMessage]:
+        """The engine's turns; each image goes through `see` (protocol/images.py)."""
         out = []
         for i, m in enumerate(self.messages):
             if m.role == "tool" and not m.tool_call_id:
@@ -160,10 +189,12 @@ class ChatCompletionRequest(SamplingFields):
                     "A `tool` message needs `tool_call_id`.", param=f"messages[{i}].tool_call_id"
                 )
             calls = [c.to_engine() for c in m.tool_calls] if m.tool_calls else None
+            content, parts = turn_content(m.parts(i, see))
             out.append(
                 ChatMessage(
                     role=m.role,
-                    content=m.text(i),
+                    content=content,
+                    parts=parts,
                     name=m.name,
                     tool_calls=calls,
                     tool_call_id=m.tool_call_id,

@@ -11,7 +11,8 @@ same on both APIs. What Anthropic spells differently is mapped here, once:
 - `tool_choice` `any` is OpenAI's `required`, `tool` is a named function, and
   `disable_parallel_tool_use` is `parallel_tool_calls: false`.
 
-Content the text models here cannot read (`image`, `document`) is a 400 that says so, never dropped.
+An `image` block (`source` `base64` with its `media_type`, or `url`) in a user turn is an image for
+a vision model (protocol/images.py); a `document` block is a 400 that says so, never dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from pydantic import Field
 
 from raygate.protocol.base import RequestModel
 from raygate.protocol.errors import BadRequestError, UnsupportedParameterError
-from raygate.protocol.generation import ChatMessage, FunctionTool, SamplingParams, ToolCall, ToolsSpec
+from raygate.protocol.generation import (
+    ChatMessage,
+    FunctionTool,
+    ImageInput,
+    SamplingParams,
+    ToolCall,
+    ToolsSpec,
+)
+from raygate.protocol.images import ImageReader, ImageRef, text_only, turn_content
 from raygate.protocol.tools import FUNCTION_NAME_PATTERN
 
 # -- content blocks ------------------------------------------------------------------------------
@@ -36,11 +45,31 @@ class TextBlockIn(RequestModel):
     text: str
 
 
+class Base64ImageSource(RequestModel):
+    """An image sent inline: its bytes in base64 and their media type."""
+
+    type: Literal["base64"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str = Field(min_length=1)
+
+
+class UrlImageSource(RequestModel):
+    """An image by URL, fetched by the gateway only when the operator allows its host."""
+
+    type: Literal["url"]
+    url: str = Field(min_length=1)
+
+
 class ImageBlockIn(RequestModel):
-    """Accepted by the schema so that refusing it can say why (no model here has vision)."""
+    """An `image` block: read by a vision model (docs/vision.md), a 400 naming the model otherwise."""
 
     type: Literal["image"]
-    source: dict[str, Any] | None = None
+    source: Annotated[Base64ImageSource | UrlImageSource, Field(discriminator="type")]
+
+    def image_ref(self, where: str) -> ImageRef:
+        if isinstance(self.source, Base64ImageSource):
+            return ImageRef(f"data:{self.source.media_type};base64,{self.source.data}", f"{where}.source")
+        return ImageRef(self.source.url, f"{where}.source.url")
 
 
 class DocumentBlockIn(RequestModel):
@@ -110,7 +139,8 @@ def _text_of(block: TextBlockIn | ImageBlockIn | DocumentBlockIn, where: str) ->
     if isinstance(block, TextBlockIn):
         return block.text
     raise BadRequestError(
-        f"Content blocks of type `{block.type}` are not supported by this model (it reads text only).",
+        f"Content blocks of type `{block.type}` are not supported here (text blocks, and `image` "
+        "blocks in user turns to a vision model).",
         param=where,
     )
 
@@ -121,14 +151,14 @@ class MessageIn(RequestModel):
     role: Literal["user", "assistant"]
     content: str | list[ContentBlockIn]
 
-    def to_engine(self, index: int) -> list[ChatMessage]:
+    def to_engine(self, index: int, see: ImageReader = text_only) -> list[ChatMessage]:
         """One turn, or several: tool results become `tool` messages ahead of the user's text, in
-        the order the blocks came (Anthropic puts results first)."""
+        the order the blocks came (Anthropic puts results first). Images go through `see`."""
         if isinstance(self.content, str):
             return [ChatMessage(self.role, self.content)]
         where = f"messages[{index}].content"
         out: list[ChatMessage] = []
-        texts: list[str] = []
+        texts: list[str | ImageInput] = []
         calls: list[ToolCall] = []
         for j, block in enumerate(self.content):
             if isinstance(block, ThinkingBlockIn):
@@ -141,16 +171,24 @@ class MessageIn(RequestModel):
                 if self.role != "user":
                     raise BadRequestError("`tool_result` blocks belong in user turns.", param=where)
                 if texts:  # text before a result keeps its place in the conversation
-                    out.append(ChatMessage("user", "".join(texts)))
+                    out.append(_turn("user", texts))
                     texts = []
                 out.append(ChatMessage("tool", block.text(f"{where}[{j}]"), tool_call_id=block.tool_use_id))
+            elif isinstance(block, ImageBlockIn) and self.role == "user":
+                texts.append(see(block.image_ref(f"{where}[{j}]")))
             else:
                 texts.append(_text_of(block, f"{where}[{j}]"))
         if calls:
-            return [ChatMessage("assistant", "".join(texts), tool_calls=calls)]
+            content, _ = turn_content(texts)
+            return [ChatMessage("assistant", content, tool_calls=calls)]
         if texts or not out:
-            out.append(ChatMessage(self.role, "".join(texts)))
+            out.append(_turn(self.role, texts))
         return out
+
+
+def _turn(role: str, parts: list[str | ImageInput]) -> ChatMessage:
+    content, with_images = turn_content(parts)
+    return ChatMessage(role, content, parts=with_images)
 
 
 # -- tools ----------------------------------------------------------------------------------------
@@ -230,13 +268,14 @@ class MessagesInput(RequestModel):
             refused.append("mcp_servers")
         return refused
 
-    def to_engine_messages(self) -> list[ChatMessage]:
+    def to_engine_messages(self, see: ImageReader = text_only) -> list[ChatMessage]:
+        """The engine's turns; each image goes through `see` (protocol/images.py)."""
         out: list[ChatMessage] = []
         if self.system is not None:
             text = self.system if isinstance(self.system, str) else "".join(b.text for b in self.system)
             out.append(ChatMessage("system", text))
         for i, m in enumerate(self.messages):
-            out += m.to_engine(i)
+            out += m.to_engine(i, see)
         return out
 
     def thinking_switch(self) -> tuple[bool, int | None]:

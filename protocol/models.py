@@ -28,12 +28,15 @@ class ModelCard(ResponseModel):
     sampling_defaults: dict[str, Any] | None = None
     # A LoRA adapter's base model (vLLM's field): the deployment it runs on. Absent for models.
     parent: str | None = None
+    # Raygate's field: true for a model that reads images (its `vision:` block, docs/vision.md);
+    # absent for a text-only one. The web console shows its image picker by it.
+    vision: bool | None = None
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: Any) -> dict[str, Any]:
         """Absent, not null, where they do not apply (lists, embedding models)."""
         data: dict[str, Any] = handler(self)
-        for key in ("task", "sampling_parameters", "sampling_defaults", "parent"):
+        for key in ("task", "sampling_parameters", "sampling_defaults", "parent", "vision"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

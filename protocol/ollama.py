@@ -29,8 +29,10 @@ What Ollama spells differently is mapped here, once:
   is Ollama's 400, `"NAME" does not support thinking` (checked in the serving layer, which knows
   the model); `raw` and `suffix` bypass the template that switches thinking, so they take only
   `think: false`;
-- `images` (no vision model here yet) are refused as Ollama refuses them for a model without the
-  capability.
+- `images` (base64, on a chat turn or on `/api/generate`) become `image_url` parts ahead of the
+  turn's text, as Ollama places them; each keeps its own field path (`messages[0].images[1]`) for
+  the error that names it. A model without a `vision:` block refuses them as Ollama does,
+  `"NAME" does not support images` (checked in the serving layer, which knows the model).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
-from raygate.protocol.chat import ChatCompletionRequest, ChatMessageIn
+from raygate.protocol.chat import ChatCompletionRequest, ChatMessageIn, ContentPart, ImageURL
 from raygate.protocol.completions import CompletionRequest
 from raygate.protocol.embeddings import EmbeddingRequest
 from raygate.protocol.errors import BadRequestError
@@ -299,9 +301,26 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessageIn]:
             out.append(
                 ChatMessageIn(role="tool", content=m.content or "", tool_call_id=call_id, name=m.tool_name)
             )
+        elif m.images:
+            out.append(
+                ChatMessageIn(role=m.role, content=image_parts(m.images, f"messages[{i}].images", m.content))
+            )
         else:
             out.append(ChatMessageIn(role=m.role, content=m.content or ""))
     return out
+
+
+def image_parts(images: list[str], where: str, text: str | None) -> list[ContentPart]:
+    """Ollama's base64 images as chat's `image_url` parts (data URLs, the format read from the bytes),
+    then the text; each part remembers its Ollama field path."""
+    parts = []
+    for j, data in enumerate(images):
+        part = ContentPart(type="image_url", image_url=ImageURL(url=f"data:;base64,{data}"))
+        part._param = f"{where}[{j}]"
+        parts.append(part)
+    if text:
+        parts.append(ContentPart(type="text", text=text))
+    return parts
 
 
 class GenerateRequest(_Generating):
@@ -325,7 +344,7 @@ class GenerateRequest(_Generating):
         return None
 
     def loads_only(self) -> bool:
-        return not self.prompt and not self.suffix
+        return not self.prompt and not self.suffix and not self.images
 
     def completes(self) -> bool:
         """A raw prompt or a fill-in-the-middle: `/v1/completions`' path; else chat's."""
@@ -346,7 +365,10 @@ class GenerateRequest(_Generating):
             return completion
         fields.update(self._thinking())
         turns = [ChatMessageIn(role="system", content=self.system)] if self.system else []
-        fields["messages"] = [*turns, ChatMessageIn(role="user", content=self.prompt or "")]
+        prompt: str | list[ContentPart] = self.prompt or ""
+        if self.images:
+            prompt = image_parts(self.images, "images", self.prompt)
+        fields["messages"] = [*turns, ChatMessageIn(role="user", content=prompt)]
         chat: ChatCompletionRequest = openai_body(ChatCompletionRequest, fields)
         return chat
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Discriminator, Field, PrivateAttr, Tag
 
 from raygate.protocol.base import ResponseModel
-from raygate.protocol.generation import ChatMessage, ToolCall
+from raygate.protocol.generation import ChatMessage, ImageInput, ToolCall
+from raygate.protocol.images import ImageReader, ImageRef, text_only, turn_content
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -29,6 +30,20 @@ class InputTextContent(ResponseModel):
 
     type: Literal["input_text"] = "input_text"
     text: str
+
+
+class InputImageContent(ResponseModel):
+    """An image part of a user turn (`image_url`: a `data:` URL, or an `http(s)` URL the gateway
+    fetches when allowed); kept as sent, so a later turn (`previous_response_id`) sees it again."""
+
+    type: Literal["input_image"] = "input_image"
+    image_url: str
+    detail: Literal["auto", "low", "high"] = "auto"
+    # Its field path in the request that sent it, for errors; unset in a stored conversation.
+    _param: str | None = PrivateAttr(None)
+
+    def image_ref(self, fallback: str) -> ImageRef:
+        return ImageRef(self.image_url, self._param or fallback, self.detail)
 
 
 class OutputTextContent(ResponseModel):
@@ -46,8 +61,14 @@ class InputMessageItem(ResponseModel):
     id: str
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer"]
-    content: list[InputTextContent]
+    content: list[Annotated[InputTextContent | InputImageContent, Field(discriminator="type")]]
     status: ItemStatus = "completed"
+
+    def parts(self, where: str, see: ImageReader) -> list[str | ImageInput]:
+        return [
+            p.text if isinstance(p, InputTextContent) else see(p.image_ref(f"{where}.content[{j}]"))
+            for j, p in enumerate(self.content)
+        ]
 
 
 class OutputMessageItem(ResponseModel):
@@ -139,16 +160,20 @@ OutputItem = Annotated[
 ]
 
 
-def engine_messages(instructions: str | None, items: list[Item]) -> list[ChatMessage]:
+def engine_messages(
+    instructions: str | None, items: list[Item], see: ImageReader = text_only
+) -> list[ChatMessage]:
     """The conversation as chat turns: instructions first (a system turn), function calls folded
-    into the assistant turn they follow (as chat's `tool_calls`), their outputs as `tool` turns."""
+    into the assistant turn they follow (as chat's `tool_calls`), their outputs as `tool` turns.
+    Images go through `see` (protocol/images.py); one from a stored turn is named by its place."""
     out = [ChatMessage(role="system", content=instructions)] if instructions else []
     names: dict[str, str] = {}
-    for item in items:
+    for k, item in enumerate(items):
         if isinstance(item, ReasoningItem):
             continue  # earlier thinking is not shown to the model again
         if isinstance(item, InputMessageItem):
-            out.append(ChatMessage(role=item.role, content="".join(p.text for p in item.content)))
+            content, parts = turn_content(item.parts(f"conversation[{k}]", see))
+            out.append(ChatMessage(role=item.role, content=content, parts=parts))
         elif isinstance(item, OutputMessageItem):
             out.append(ChatMessage(role="assistant", content=item.text()))
         elif isinstance(item, FunctionCallItem):

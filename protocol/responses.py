@@ -9,7 +9,7 @@ live in `protocol/response_events.py`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
@@ -20,6 +20,7 @@ from raygate.protocol.reasoning import thinking_control
 from raygate.protocol.response_items import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputImageContent,
     InputMessageItem,
     InputTextContent,
     Item,
@@ -65,10 +66,14 @@ class ResponseNotFoundError(OpenAIError):
 
 
 class InputContentPart(RequestModel):
-    """A part of an input message; only text parts are read, any other type is refused by name."""
+    """A part of an input message: text, or (in a user turn) `input_image` with `image_url`; any
+    other type (`input_file`, an image by `file_id`) is refused by name."""
 
     type: str
     text: str | None = None
+    image_url: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+    file_id: str | None = None
 
 
 def _part_texts(content: str | list[InputContentPart], param: str) -> str:
@@ -78,8 +83,8 @@ def _part_texts(content: str | list[InputContentPart], param: str) -> str:
     for i, part in enumerate(content):
         if part.type not in TEXT_PARTS or part.text is None:
             raise BadRequestError(
-                f"Content part of type `{part.type}` is not supported by this model (it accepts text "
-                "parts only).",
+                f"Content part of type `{part.type}` is not supported here (text parts, and "
+                "`input_image` parts in user turns to a vision model).",
                 param=f"{param}[{i}]",
             )
         texts.append(part.text)
@@ -96,12 +101,41 @@ class MessageInput(RequestModel):
     id: str | None = None
 
     def to_item(self, param: str) -> InputMessageItem | OutputMessageItem:
+        content = self.content
+        if (
+            self.role == "user"
+            and isinstance(content, list)
+            and any(p.type == "input_image" for p in content)
+        ):
+            return InputMessageItem(id=item_id("msg"), role="user", content=self._parts(param))
         text = _part_texts(self.content, f"{param}.content")
         if self.role == "assistant":
             return OutputMessageItem(
                 id=self.id or item_id("msg"), content=[OutputTextContent(text=text)], status="completed"
             )
         return InputMessageItem(id=item_id("msg"), role=self.role, content=[InputTextContent(text=text)])
+
+    def _parts(self, param: str) -> list[InputTextContent | InputImageContent]:
+        """A user turn with images: its text and image parts in order (protocol/images.py)."""
+        out: list[InputTextContent | InputImageContent] = []
+        for j, part in enumerate(cast(list[InputContentPart], self.content)):
+            where = f"{param}.content[{j}]"
+            if part.type != "input_image":
+                if part.type not in TEXT_PARTS or part.text is None:
+                    raise BadRequestError(
+                        f"Content part of type `{part.type}` is not supported here.", param=where
+                    )
+                out.append(InputTextContent(text=part.text))
+                continue
+            if part.image_url is None:
+                raise BadRequestError(
+                    "An `input_image` part needs `image_url` (images by `file_id` are not supported).",
+                    param=f"{where}.image_url",
+                )
+            image = InputImageContent(image_url=part.image_url, detail=part.detail or "auto")
+            image._param = f"{where}.image_url"
+            out.append(image)
+        return out
 
 
 class FunctionCallInput(RequestModel):

@@ -61,6 +61,11 @@ BATCHES = Group(
     "the Files and Batch APIs keep uploads, batches and their results in SQLite under --state-dir "
     "(in memory without one), shared by the gateways of a Ray namespace (docs/api/batches.md)",
 )
+IMAGES = Group(
+    "images",
+    "what a vision model's requests may point the gateway at: image URLs are fetched only from "
+    "the hosts listed here (docs/vision.md)",
+)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -277,6 +282,24 @@ class Settings:
         group=STORED_RESPONSES,
     )
 
+    # server/serving/images.py: http(s) image URLs, fetched only from these hosts.
+    image_fetch_domains: tuple[str, ...] = setting(
+        (),
+        env="RAYGATE_IMAGE_FETCH_DOMAINS",
+        flag="--image-fetch-domain",
+        help="fetch http(s) image URLs from this host (`*.example.com`: its subdomains too); repeat. "
+        "A host must resolve to a public address, unless the address itself is listed",
+        shown_default="none: image URLs are refused, data: URLs work",
+        group=IMAGES,
+    )
+    image_fetch_timeout_s: float = setting(
+        10.0,
+        env="RAYGATE_IMAGE_FETCH_TIMEOUT",
+        flag="--image-fetch-timeout",
+        help="seconds one image fetch may take, redirects included (its size is the model's "
+        "`vision.max_image_bytes`)",
+        group=IMAGES,
+    )
     # backends/cluster/stores/ledger.py: where usage, database keys and the audit log live.
     database_url: str | None = setting(
         None,

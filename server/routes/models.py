@@ -36,7 +36,11 @@ async def list_models(request: Request) -> ModelList:
     return ModelList(
         data=[
             ModelCard(
-                id=i, created=cluster.created, task=cluster.get(i).config.task, parent=_parent(cluster, i)
+                id=i,
+                created=cluster.created,
+                task=cluster.get(i).config.task,
+                parent=_parent(cluster, i),
+                vision=True if cluster.get(i).config.vision is not None else None,
             )
             for i in ids
         ]
@@ -64,6 +68,7 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
         id=model_id,
         created=cluster.created,
         task=config.task,
+        vision=True if config.vision is not None else None,
         sampling_parameters=supported_extensions() if generates else None,
         sampling_defaults=router.sampling_defaults().model_dump(exclude_none=True) if generates else None,
         model_type=origin.model_type if origin else TASK_MODEL_TYPE.get(config.task, config.task),

@@ -44,11 +44,13 @@ from raygate.backends.streams import closing
 from raygate.protocol.base import RequestModel, ResponseModel
 from raygate.protocol.common import Usage
 from raygate.protocol.config import Task
-from raygate.protocol.generation import Delta, GenerateRequest
+from raygate.protocol.generation import Delta, GenerateRequest, ImageInput
+from raygate.protocol.images import ImageReader, ImageRefs, resolved
 from raygate.server.serving.collect import CLIENT_CLOSED_REQUEST, collect
 from raygate.server.serving.fanout import merge
 from raygate.server.serving.handle import ModelHandle
 from raygate.server.serving.ids import new_id
+from raygate.server.serving.images import fetch_policy, read_images
 from raygate.server.serving.resolve import resolve_model
 from raygate.server.serving.sequence_cap import check_sequence_count
 from raygate.server.serving.streaming import OPENAI_SSE, Payload, SseDialect, sse_response
@@ -84,6 +86,26 @@ class Serving(ABC, Generic[BodyT]):
     def resolve(self) -> ModelHandle:
         """The admitted model, or the error response that refuses the request."""
         return resolve_model(self.request, self.endpoint, self.body, self.task)
+
+    # --- images (docs/vision.md) ----------------------------------------------------------------
+
+    images: dict[str, ImageInput] | None = None
+
+    def walk_images(self, see: ImageReader) -> None:
+        """Builds the body's engine turns with `see` as their image reader (the endpoint's own
+        translation), so `read_images` learns every image and its field path; none by default."""
+
+    async def read_images(self, model: ModelHandle) -> None:
+        """Reads and checks every image of the body for `model` (400 naming the field, or the
+        model when it is text-only) before anything reaches an engine."""
+        refs = ImageRefs()
+        self.walk_images(refs)
+        policy = fetch_policy(self.request.app.state.settings)
+        self.images = await read_images(refs.refs, model.config, policy)
+
+    def see(self) -> ImageReader:
+        """The reader `sequences` builds turns with: the images `read_images` read."""
+        return resolved(self.images or {})
 
     @abstractmethod
     async def respond(self) -> Response:
@@ -184,6 +206,7 @@ class GenerationServing(Serving[BodyT]):
         model = self.resolve()
         if self.user:
             log.debug("%s for user %r", self.id, self.user)
+        await self.read_images(model)
         requests = self.sampled_sequences(model)
         spp = self.samples_per_prompt
         deltas = self.observe(

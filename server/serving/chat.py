@@ -17,6 +17,7 @@ from raygate.protocol.chat import (
 )
 from raygate.protocol.common import Usage
 from raygate.protocol.generation import Delta, GenerateRequest, ToolCallDelta
+from raygate.protocol.images import ImageReader
 from raygate.protocol.templates import TextTemplate, text_marker
 from raygate.protocol.tools import (
     ChoiceLogprobs,
@@ -48,9 +49,12 @@ class ChatServing(ChunkedServing[ChatCompletionRequest]):
         self._marker = text_marker()
         self._templates: dict[int, TextTemplate] = {}
 
+    def walk_images(self, see: ImageReader) -> None:
+        self.body.to_engine_messages(see)
+
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
-        messages, tools = body.to_engine_messages(), body.tools_spec()
+        messages, tools = body.to_engine_messages(self.see()), body.tools_spec()
         thinking, budget, kwargs = body.thinking()
         requests = []
         for i in range(body.n):

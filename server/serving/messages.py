@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from raygate.backends.streams import closing
 from raygate.protocol.config import Task
 from raygate.protocol.generation import Delta, GenerateRequest, TokenizeRequest
+from raygate.protocol.images import ImageReader
 from raygate.protocol.messages import CountTokensRequest, MessagesRequest
 from raygate.protocol.messages_response import (
     ContentBlock,
@@ -66,6 +67,9 @@ class MessagesServing(GenerationServing[MessagesRequest]):
         )
         self.id = f"msg_{uuid.uuid4().hex}"  # Anthropic's shape, `msg_…`
 
+    def walk_images(self, see: ImageReader) -> None:
+        self.body.to_engine_messages(see)
+
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
         check_returned(self.request, body)
@@ -74,7 +78,7 @@ class MessagesServing(GenerationServing[MessagesRequest]):
             GenerateRequest(
                 self.sequence_id(0),
                 body.to_sampling_params(),
-                messages=body.to_engine_messages(),
+                messages=body.to_engine_messages(self.see()),
                 tools=body.tools_spec(),
                 thinking=thinking,
                 thinking_budget=budget,
@@ -150,12 +154,16 @@ class CountTokensServing(Serving[CountTokensRequest]):
     endpoint: ClassVar[str] = "messages.count_tokens"
     task: ClassVar[Task | None] = "generate"
 
+    def walk_images(self, see: ImageReader) -> None:
+        self.body.to_engine_messages(see)
+
     async def respond(self) -> Response:
         model = self.resolve()
         body = self.body
+        await self.read_images(model)
         result = await model.tokenize(
             TokenizeRequest(
-                messages=body.to_engine_messages(),
+                messages=body.to_engine_messages(self.see()),
                 add_special_tokens=False,
                 add_generation_prompt=True,
                 tools=body.tools_spec(),

@@ -124,8 +124,12 @@ class OllamaRendering(GenerationServing[Any]):
                     "`think` needs the model's chat template: not with `raw` or `suffix`", param="think"
                 )
         images = self.ollama.images() if isinstance(self.ollama, ChatRequest) else bool(self.ollama.images)
-        if images:
+        if images and model.config.vision is None:
             raise OllamaError(f'"{name}" does not support images', param="images")
+        if images and not self.templated:
+            raise OllamaError(
+                "`images` need the model's chat template: not with `raw` or `suffix`", param="images"
+            )
         wanted, context = self.ollama.num_ctx, model.context_length
         if wanted is not None and context is not None and wanted > context:
             raise OllamaError(

@@ -118,11 +118,14 @@ def details(router: ModelRouter) -> ModelDetails:
 
 
 def capabilities(router: ModelRouter) -> list[str]:
-    """Ollama's capability names; `thinking` for a reasoning model (its `reasoning:` block)."""
+    """Ollama's capability names; `thinking` for a reasoning model (its `reasoning:` block),
+    `vision` for one that reads images (its `vision:` block)."""
     config = router.config
     found = list(_CAPABILITIES.get(config.task, []))
     if config.task == "generate" and config.reasoning is not None:
         found.append("thinking")
+    if config.task == "generate" and config.vision is not None:
+        found.append("vision")
     return found
 
 

@@ -24,6 +24,7 @@ from raygate.backends.streams import closing
 from raygate.protocol.common import Usage
 from raygate.protocol.errors import EngineError, OpenAIError
 from raygate.protocol.generation import Delta, GenerateRequest, ToolCallDelta
+from raygate.protocol.images import ImageReader
 from raygate.protocol.response_events import ErrorEvent, ResponseEvent
 from raygate.protocol.response_items import Item, engine_messages, item_id
 from raygate.protocol.response_object import (
@@ -86,6 +87,7 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
     async def respond(self) -> Response:
         model = self.resolve()
         await self._read_conversation()
+        await self.read_images(model)
         deltas = merge([model.generate(r) for r in self.sampled_sequences(model)])
         if self.streaming:
             return await sse_response(self.stream(deltas), self.request, self.sse_dialect)
@@ -104,9 +106,12 @@ class ResponsesServing(GenerationServing[CreateResponseRequest]):
             stored = await read_stored(self.store, previous, self.owner, param="previous_response_id")
             self._context = stored.conversation()
 
+    def walk_images(self, see: ImageReader) -> None:
+        engine_messages(self.body.instructions, [*self._context, *self._input], see)
+
     def sequences(self) -> list[GenerateRequest]:
         body = self.body
-        messages = engine_messages(body.instructions, [*self._context, *self._input])
+        messages = engine_messages(body.instructions, [*self._context, *self._input], self.see())
         thinking, budget, kwargs = body.thinking()
         return [
             GenerateRequest(

@@ -5,6 +5,7 @@ import { el, fillSelect, setText, showError, clearError } from "./dom.js";
 
 let history = []; // the conversation so far, as OpenAI messages
 let controller = null; // aborts the stream in flight
+let vision = new Set(); // the models that read images (`vision: true` in /v1/models)
 
 export function setup() {
   document.getElementById("chat-form").addEventListener("submit", send);
@@ -14,6 +15,7 @@ export function setup() {
     document.getElementById("transcript").replaceChildren();
     setText(document.getElementById("chat-stats"), "");
   });
+  document.getElementById("chat-model").addEventListener("change", showImagePicker);
   document.getElementById("embed-form").addEventListener("submit", embed);
   document.getElementById("rerank-form").addEventListener("submit", rerank);
 }
@@ -26,6 +28,8 @@ export async function start() {
     const list = await call("api", "/v1/models");
     const ids = list.data.map((m) => m.id);
     fillSelect(document.getElementById("chat-model"), ids);
+    vision = new Set(list.data.filter((m) => m.vision).map((m) => m.id));
+    showImagePicker();
     fillSelect(document.getElementById("embed-model"), ids);
     fillSelect(document.getElementById("rerank-model"), list.data.filter((m) => RERANKS.has(m.task)).map((m) => m.id));
     clearError();
@@ -35,6 +39,23 @@ export async function start() {
 }
 
 export function stop() {}
+
+// The image picker shows for a model that reads images only; switching away drops the choice.
+function showImagePicker() {
+  const sees = vision.has(document.getElementById("chat-model").value);
+  document.getElementById("chat-image-row").hidden = !sees;
+  if (!sees) document.getElementById("chat-image").value = "";
+}
+
+// The picked file as a data: URL, which the gateway reads like any client's (docs/vision.md).
+function dataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result));
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
 
 function turn(role, text) {
   const body = el("div", { class: "text", text });
@@ -49,7 +70,12 @@ async function send(event) {
   const f = new FormData(form);
   const message = String(f.get("message") || "");
   const system = String(f.get("system") || "").trim();
-  const messages = [...(system ? [{ role: "system", content: system }] : []), ...history, { role: "user", content: message }];
+  const picker = document.getElementById("chat-image");
+  const file = !document.getElementById("chat-image-row").hidden && picker.files && picker.files[0];
+  const content = file
+    ? [{ type: "image_url", image_url: { url: await dataUrl(file) } }, { type: "text", text: message }]
+    : message;
+  const messages = [...(system ? [{ role: "system", content: system }] : []), ...history, { role: "user", content }];
   const body = {
     model: String(f.get("model")),
     messages,
@@ -58,7 +84,7 @@ async function send(event) {
     stream: true,
     stream_options: { include_usage: true },
   };
-  turn("user", message);
+  turn("user", file ? `[${file.name}] ${message}` : message);
   const answer = turn("assistant", "");
   answer.classList.add("streaming");
   const stats = document.getElementById("chat-stats");
@@ -85,8 +111,9 @@ async function send(event) {
       text += piece;
       answer.textContent = text; // text, never markup
     }
-    history.push({ role: "user", content: message }, { role: "assistant", content: text });
+    history.push({ role: "user", content }, { role: "assistant", content: text });
     form.elements.message.value = "";
+    picker.value = "";
   } catch (error) {
     if (error.name !== "AbortError") {
       answer.classList.add("error");

@@ -71,7 +71,10 @@ def default_gateway(ray_address: str, tmp_path_factory: pytest.TempPathFactory) 
     """The gateway serving models/default.yaml; a folder's conftest may point `gateway` elsewhere
     (tests/e2e/vllm does) and still reach this one by name."""
     log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
-    gw = start_gateway(["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address], log_path)
+    # Image URLs from loopback: the vision tests' own image server (and, listed by name, a host
+    # that resolves to a private address, which the gateway must still refuse).
+    fetch = ["--image-fetch-domain", "127.0.0.1", "--image-fetch-domain", "localhost"]
+    gw = start_gateway(["--config", str(DEFAULT_CONFIG), "--ray-address", ray_address, *fetch], log_path)
     yield gw
     code = gw.stop()
     assert code == 0, f"gateway exited with {code}:\n{gw.log()[-4000:]}"

@@ -7,6 +7,7 @@ with the default models, an admin key and an API key, in its own Ray namespace.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from PIL import Image
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.browser import launch_chromium
@@ -185,6 +187,7 @@ def test_playground_streams_a_real_chat_embeds_and_reranks(page: Page) -> None:
     use_keys(page)
     page.click(".tab[data-page=playground]")
     page.locator("#chat-model").select_option(CHAT_MODEL)
+    expect(page.locator("#chat-image-row")).to_be_hidden()  # a text-only model takes no image
     page.fill("#chat-form [name=system]", "You are a helpful assistant.")
     page.fill("#chat-form [name=temperature]", "0")
     page.fill("#chat-form [name=max_tokens]", "24")
@@ -296,3 +299,53 @@ def test_batches_page_lists_the_keys_batches_with_progress(page: Page, console: 
     expect(row.locator("button")).to_be_hidden()
     expect(page.locator("#no-batches")).to_be_hidden()
     assert page.evaluate("window.__xss") is None
+
+
+def test_playground_attaches_an_image_for_a_vision_model(page: Page, console: GatewayProcess) -> None:
+    """The image picker shows for a model with a `vision:` block only; the picked file goes out as a
+    data: URL that the gateway reads and checks (a text file is its 400, shown as text). The model
+    is a synthetic one: what is under test is the console and the gateway's intake, not an answer."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    spec = {
+        "name": "ui-vision",
+        "backend": "synthetic",
+        "num_cpus": 0,
+        "engine": {"default_tokens": 4},
+        "vision": {},
+    }
+    r = httpx.post(f"{console.url}/admin/deployments", json=spec, headers=admin, timeout=30)
+    assert r.status_code == 202, r.text
+    try:
+        use_keys(page)
+        expect(page.locator("article.deployment[data-name='ui-vision'] .head .state")).to_have_text(
+            "ready", timeout=60_000
+        )
+        page.click(".tab[data-page=playground]")  # lists the models it finds when it opens
+        page.locator("#chat-model").select_option("ui-vision")
+        expect(page.locator("#chat-image-row")).to_be_visible()
+        picture = io.BytesIO()
+        Image.new("RGB", (32, 24), (10, 200, 30)).save(picture, "PNG")
+        page.set_input_files(
+            "#chat-image",
+            files=[{"name": "green.png", "mimeType": "image/png", "buffer": picture.getvalue()}],
+        )
+        page.fill("#chat-form [name=message]", "What colour is this?")
+        page.click("#chat-send")
+        expect(page.locator("#chat-stats")).to_contain_text("tokens", timeout=60_000)
+        answer = page.locator(".turn.assistant .text").last
+        expect(answer).not_to_have_class(re.compile(r"\berror\b"))
+        expect(page.locator(".turn.user .text").last).to_contain_text("[green.png]")
+        page.set_input_files(
+            "#chat-image", files=[{"name": "notes.png", "mimeType": "image/png", "buffer": b"just text\n"}]
+        )
+        page.fill("#chat-form [name=message]", "And this?")
+        page.click("#chat-send")
+        expect(page.locator(".turn.assistant .text").last).to_contain_text("not an image", timeout=60_000)
+        # Back on a text-only model the picker goes away.
+        page.locator("#chat-model").select_option(CHAT_MODEL)
+        expect(page.locator("#chat-image-row")).to_be_hidden()
+    finally:
+        r = httpx.delete(
+            f"{console.url}/admin/deployments/ui-vision", params={"timeout": 30}, headers=admin, timeout=60
+        )
+        assert r.status_code == 200, r.text

@@ -98,10 +98,15 @@ def test_tool_choice_maps_onto_the_chat_spec(
 
 def test_image_and_misplaced_blocks_are_refused_by_name() -> None:
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
-    with pytest.raises(BadRequestError, match=r"`image`.*text only") as info:
+    # Without an image reader (a path that reads text only), an image is a 400 naming its field.
+    with pytest.raises(BadRequestError, match=r"image input is not supported here") as info:
         CountTokensRequest.model_validate(
             {"model": "m", "messages": [{"role": "user", "content": [image]}]}
         ).to_engine_messages()
+    assert info.value.param == "messages[0].content[0].source"
+    document = {"type": "document", "source": {"type": "text", "data": "x"}}
+    with pytest.raises(BadRequestError, match=r"`document`") as info:
+        request(messages=[{"role": "user", "content": [document]}]).to_engine_messages()
     assert info.value.param == "messages[0].content[0]"
     with pytest.raises(BadRequestError, match="assistant turns"):
         request(

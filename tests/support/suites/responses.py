@@ -487,8 +487,8 @@ def assert_error(r: httpx.Response, status: int, param: str | None = None) -> di
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             400,
-            "input[0].content[0]",
-            "input_image",
+            "input[0].content[0].image_url",
+            "text-only",
         ),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input[0]", "item_reference"),
         ({"input": "x", "metadata": {str(i): "v" for i in range(17)}}, 400, "metadata", None),
