@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.runtime.tracing import shutdown_providers
 from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
 from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
 from raygate.backends.cluster.stores.ledger_db import database_problem
@@ -29,6 +30,7 @@ from raygate.server.access.key_sync import KeySync
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
+from raygate.server.observability.tracing import Tracing
 from raygate.server.observability.usage_metrics import KeyLabels
 from raygate.server.routes import (
     admin,
@@ -160,6 +162,7 @@ def build_app(settings: Settings) -> FastAPI:
                 await _close_ledger(writer, budgets)
             await cluster.shutdown()
             ray_connection.disconnect()
+            shutdown_providers()  # the last spans exported (nothing to do with tracing off)
 
     app = FastAPI(
         title="Raygate",
@@ -211,6 +214,7 @@ def build_app(settings: Settings) -> FastAPI:
         audit=writer,
         admin_actor="admin" if settings.admin_key else "anonymous",
         max_upload_bytes=settings.files_max_bytes,
+        tracing=Tracing(settings.otlp_traces_endpoint) if settings.otlp_traces_endpoint else None,
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from raygate.server.access.auth import ApiKey
+    from raygate.server.observability.tracing import RequestTrace
 
 T = TypeVar("T")
 SCOPE_KEY = "raygate.context"
@@ -53,6 +54,8 @@ class RequestContext:
     stop_error: OpenAIError | None = None
     # What an admin action acted on, when its path does not say (a deploy names its model in the body).
     audit_target: str | None = None
+    # The request's OpenTelemetry span (server/observability/tracing.py); None: tracing is off.
+    trace: RequestTrace | None = None
     _timeouts: set[asyncio.Timeout] = field(default_factory=set)
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 

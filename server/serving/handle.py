@@ -20,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -41,9 +42,13 @@ from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.context import RequestContext, request_context
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.tracing import ended
 from raygate.server.observability.usage_metrics import KeyLabels, count_usage
 from raygate.server.serving.admission import Admission, Ticket
 from raygate.server.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 # The key id of requests to a gateway without keys.
 ANONYMOUS = "anonymous"
@@ -85,6 +90,7 @@ class ModelHandle:
         self._ticket = ticket
         self._metrics = metrics
         self._labels = {"model_name": router.config.name}
+        self._span_attributes = {"gen_ai.request.model": router.config.name}
         limits = router.config.limits
         ttft = limits.ttft_timeout_s or settings.ttft_timeout_s
         total = limits.request_timeout_s or settings.request_timeout_s
@@ -132,7 +138,16 @@ class ModelHandle:
             return
         deadline = _earliest(self._ttft_deadline, self._total_deadline)
         expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
-        queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
+        trace = self._ctx.trace if not self._queued_observed else None
+        span = trace.child("admission", attributes=self._span_attributes) if trace else None
+        try:
+            queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
+        except BaseException as exc:
+            if span is not None:
+                ended(span, {}, exc)
+            raise
+        if span is not None:
+            ended(span, {"raygate.queued_s": queued})
         if not self._queued_observed:
             self._queued_observed = True
             self.queued_s = queued
@@ -145,13 +160,21 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
+        trace = self._ctx.trace
+        span = None
+        if trace is not None:
+            span = trace.child("replica.call", client=True, attributes=self._span_attributes)
         request = dataclasses.replace(
-            request, request_id=self._engine_id(request.request_id), lora=self._lora
+            request,
+            request_id=self._engine_id(request.request_id),
+            lora=self._lora,
+            trace=trace.carrier(span) if trace is not None and span is not None else None,
         )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
         first_at: float | None = None
         last: Delta | None = None
+        failure: BaseException | None = None
         try:
             while True:
                 if first_at is None:
@@ -166,13 +189,45 @@ class ModelHandle:
                 if first_at is None:
                     first_at = loop.time()
                     self._metrics.ttft.observe(self._labels, first_at - self._ctx.started)
+                    if span is not None:
+                        span.add_event("first_token")
                 last = delta
                 yield delta
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             close = getattr(stream, "aclose", None)  # an async generator: close it if we left early
             if close is not None:
                 await close()
             self._record(last, first_at, loop.time(), counts_prompt)
+            if span is not None:
+                self._trace_call(span, last, first_at, failure)
+
+    def _trace_call(
+        self, span: Span, last: Delta | None, first_at: float | None, failure: BaseException | None
+    ) -> None:
+        """End the replica call's span, and bring the request's span up to date: its usage so far
+        and its time to first token."""
+        attributes: dict[str, str | int | float] = {}
+        if last is not None:
+            attributes["gen_ai.usage.input_tokens"] = last.prompt_tokens
+            attributes["gen_ai.usage.output_tokens"] = last.completion_tokens
+            attributes["raygate.finish_reason"] = last.finish_reason or "cut_short"
+        ended(span, attributes, failure if last is None or last.finish_reason is None else None)
+        trace = self._ctx.trace
+        if trace is None:
+            return
+        totals: dict[str, str | int | float] = {
+            "gen_ai.usage.input_tokens": self.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": self.usage.completion_tokens,
+        }
+        if self.usage.cached_tokens:
+            totals["raygate.cached_tokens"] = self.usage.cached_tokens
+        if first_at is not None and trace.first_token_s is None:
+            trace.first_token_s = first_at - self._ctx.started
+            totals["raygate.time_to_first_token_s"] = round(trace.first_token_s, 6)
+        trace.span.set_attributes(totals)
 
     def _record(self, last: Delta | None, first_at: float | None, end: float, counts_prompt: bool) -> None:
         if last is None:
