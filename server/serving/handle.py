@@ -42,7 +42,7 @@ from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.context import RequestContext, request_context
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
-from raygate.server.observability.tracing import ended
+from raygate.server.observability.tracing import RequestTrace, ended
 from raygate.server.observability.usage_metrics import KeyLabels, count_usage
 from raygate.server.serving.admission import Admission, Ticket
 from raygate.server.settings import Settings
@@ -138,7 +138,7 @@ class ModelHandle:
             return
         deadline = _earliest(self._ttft_deadline, self._total_deadline)
         expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
-        trace = self._ctx.trace if not self._queued_observed else None
+        trace: RequestTrace | None = self._ctx.trace if not self._queued_observed else None
         span = trace.child("admission", attributes=self._span_attributes) if trace else None
         try:
             queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
@@ -160,7 +160,7 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
-        trace = self._ctx.trace
+        trace: RequestTrace | None = self._ctx.trace
         span = None
         if trace is not None:
             span = trace.child("replica.call", client=True, attributes=self._span_attributes)
@@ -215,7 +215,7 @@ class ModelHandle:
             attributes["gen_ai.usage.output_tokens"] = last.completion_tokens
             attributes["raygate.finish_reason"] = last.finish_reason or "cut_short"
         ended(span, attributes, failure if last is None or last.finish_reason is None else None)
-        trace = self._ctx.trace
+        trace: RequestTrace | None = self._ctx.trace
         if trace is None:
             return
         totals: dict[str, str | int | float] = {
