@@ -10,7 +10,6 @@ engine's `engine.prefill` and `engine.decode` (one `tokens` event per batch).
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -52,7 +51,7 @@ def traced(
     (root / "seed.yaml").write_text(SEED)
     (root / "keys.yaml").write_text(KEYS)
     with running_phoenix(root) as phoenix:
-        env = {**os.environ, "OTEL_SERVICE_NAME": "raygate-e2e", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        env = {"OTEL_SERVICE_NAME": "raygate-e2e", "OTEL_BSP_SCHEDULE_DELAY": "200"}
         args = [
             "--config",
             str(root / "seed.yaml"),
@@ -111,7 +110,7 @@ def parent(spans: dict[str, dict[str, Any]], child: str) -> str:
 
 def returned_traceparent(headers: Any) -> tuple[str, str]:
     version, trace_id, span_id, flags = headers["traceparent"].split("-")
-    assert version == "00" and flags == "01"
+    assert version == "00" and int(flags, 16) & 1  # sampled (bit 1 may say the id is random)
     return trace_id, span_id
 
 
