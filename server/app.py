@@ -179,6 +179,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.admission = admission
     app.state.ledger = ledger_client
     app.state.ledger_writer = writer
+    app.state.budgets = budgets
     app.state.key_sync = key_sync
     app.state.key_labels = KeyLabels(settings.usage_metrics_keys)
     install_error_handlers(app)

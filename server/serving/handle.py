@@ -39,6 +39,7 @@ from raygate.protocol.generation import (
     TokenizeResult,
 )
 from raygate.protocol.sampling_defaults import SamplingDefaults
+from raygate.server.access.budgets import Budgets
 from raygate.server.context import RequestContext, request_context
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
@@ -49,6 +50,9 @@ from raygate.server.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
+
+# Budget tokens one sequence reserves when no replica has told its context length yet.
+FALLBACK_RESERVE = 32768
 
 # The key id of requests to a gateway without keys.
 ANONYMOUS = "anonymous"
@@ -82,6 +86,7 @@ class ModelHandle:
         metrics: GatewayMetrics,
         settings: Settings,
         adapter: AdapterConfig | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self._router = router
         self._lora = ((adapter.name, adapter.scale),) if adapter is not None else ()
@@ -100,6 +105,8 @@ class ModelHandle:
         self._queued_observed = False
         self.usage = UsageCount()
         self.queued_s = 0.0  # the admission wait, once admitted (Ollama reports it as load time)
+        self._budgets = budgets
+        self.reserved = 0  # budget tokens this request holds (server/access/budgets.py)
 
     @property
     def context_length(self) -> int | None:
@@ -160,6 +167,7 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
+        await self._reserve(self.context_length or FALLBACK_RESERVE)
         trace: RequestTrace | None = self._ctx.trace
         span = None
         if trace is not None:
@@ -251,8 +259,14 @@ class ModelHandle:
         if first_at is not None and last.completion_tokens > 1:
             self._metrics.tpot.observe(self._labels, (end - first_at) / (last.completion_tokens - 1))
 
+    async def _reserve(self, tokens: int) -> None:
+        """Hold the most this engine call can use against the key's token budget, if it has one."""
+        if self._budgets is not None and self._ctx.key is not None and self._ctx.key.budget is not None:
+            self.reserved += await self._budgets.reserve(self._ctx, tokens)
+
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         await self._admitted()
+        await self._reserve((self.context_length or FALLBACK_RESERVE) * len(request.inputs))
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         result = await self._ctx.bounded(
             self._router.embed(request), self._total_deadline, self._total_expired
@@ -301,10 +315,12 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
     """Hand the request's usage to the ledger writer and the per-key metrics (a request that
     reached no engine has none)."""
     usage = handle.usage
-    if not usage.calls:
-        return
     state = request.app.state
     ctx = request_context(request)
+    if not usage.calls:
+        if handle.reserved and ctx.key is not None:
+            state.budgets.unreserve(ctx.key.id, handle.reserved)
+        return
     record = UsageRecord(
         at=time.time(),
         key_id=ctx.key.id if ctx.key is not None else ANONYMOUS,
@@ -315,6 +331,7 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
         completion_tokens=usage.completion_tokens,
         cached_tokens=usage.cached_tokens,
         reasoning_tokens=usage.reasoning_tokens,
+        reserved=handle.reserved,
     )
     labels: KeyLabels = state.key_labels
     count_usage(state.metrics, labels, record)
@@ -344,6 +361,8 @@ def open_model(
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    handle = ModelHandle(router, ctx, ticket, metrics, state.settings, adapter)
+    handle = ModelHandle(
+        router, ctx, ticket, metrics, state.settings, adapter, getattr(state, "budgets", None)
+    )
     ctx.on_close(lambda: record_usage(request, handle, endpoint))
     return handle
