@@ -43,10 +43,14 @@ def phoenix_executable() -> Path:
         shutil.rmtree(VENV)  # a half-made one from an interrupted run
     venv.EnvBuilder(with_pip=True).create(VENV)
     python = VENV / "bin" / "python"
-    quiet = {"check": True, "stdout": subprocess.DEVNULL}
-    subprocess.run([str(python), "-m", "pip", "install", "-q", f"uv=={UV_VERSION}"], **quiet)  # type: ignore[call-overload]
-    uv = [str(VENV / "bin" / "uv"), "pip", "install", "-q", "--python", str(python)]
-    subprocess.run([*uv, "-c", str(CONSTRAINTS), f"arize-phoenix=={PHOENIX_VERSION}"], **quiet)  # type: ignore[call-overload]
+    uv = VENV / "bin" / "uv"
+    install = [str(uv), "pip", "install", "-q", "--python", str(python), "-c", str(CONSTRAINTS)]
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"uv=={UV_VERSION}"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run([*install, f"arize-phoenix=={PHOENIX_VERSION}"], check=True, stdout=subprocess.DEVNULL)
     (VENV / READY_MARK).touch()
     return phoenix
 
