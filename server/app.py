@@ -18,7 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
-from raygate.backends.cluster.runtime.tracing import shutdown_providers
+from raygate.backends.cluster.runtime.tracing import TracingUnavailableError, shutdown_providers
 from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
 from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
 from raygate.backends.cluster.stores.ledger_db import database_problem
@@ -79,6 +79,12 @@ def build_app(settings: Settings) -> FastAPI:
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
     if settings.database_url and (problem := database_problem(settings.database_url)):
         raise ConfigError(problem)
+    tracing = None
+    if settings.otlp_traces_endpoint:
+        try:
+            tracing = Tracing(settings.otlp_traces_endpoint)
+        except TracingUnavailableError as exc:
+            raise ConfigError(f"--otlp-traces-endpoint: {exc}") from None
     metrics = GatewayMetrics()
     history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
@@ -215,7 +221,7 @@ def build_app(settings: Settings) -> FastAPI:
         audit=writer,
         admin_actor="admin" if settings.admin_key else "anonymous",
         max_upload_bytes=settings.files_max_bytes,
-        tracing=Tracing(settings.otlp_traces_endpoint) if settings.otlp_traces_endpoint else None,
+        tracing=tracing,
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(
