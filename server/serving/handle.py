@@ -167,7 +167,7 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
-        await self._reserve(self.context_length or FALLBACK_RESERVE)
+        await self._reserve()
         trace: RequestTrace | None = self._ctx.trace
         span = None
         if trace is not None:
@@ -259,14 +259,18 @@ class ModelHandle:
         if first_at is not None and last.completion_tokens > 1:
             self._metrics.tpot.observe(self._labels, (end - first_at) / (last.completion_tokens - 1))
 
-    async def _reserve(self, tokens: int) -> None:
-        """Hold the most this engine call can use against the key's token budget, if it has one."""
-        if self._budgets is not None and self._ctx.key is not None and self._ctx.key.budget is not None:
-            self.reserved += await self._budgets.reserve(self._ctx, tokens)
+    async def _reserve(self, sequences: int = 1) -> None:
+        """Hold the most this engine call can use (the context per sequence) against the key's
+        token budget, if it has one."""
+        key = self._ctx.key
+        if self._budgets is None or key is None or key.budget is None or not key.budget.limits_tokens:
+            return
+        tokens = (self.context_length or FALLBACK_RESERVE) * sequences
+        self.reserved += await self._budgets.reserve(self._ctx, tokens)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         await self._admitted()
-        await self._reserve((self.context_length or FALLBACK_RESERVE) * len(request.inputs))
+        await self._reserve(len(request.inputs))
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         result = await self._ctx.bounded(
             self._router.embed(request), self._total_deadline, self._total_expired
