@@ -141,6 +141,24 @@ class ToolsSpec:
         return list(self.tools) if self.choice != "none" else []
 
 
+@dataclass(frozen=True, slots=True)
+class TraceCarrier:
+    """The caller's trace, carried across the Ray hop so the replica's spans join it.
+
+    `traceparent` / `tracestate` are the W3C headers of the gateway's span for this engine call.
+    The exporter settings travel with them because a replica actor is started by the controller,
+    not by the gateway whose `--otlp-traces-endpoint` was set: the request is the one thing that
+    reaches it from that gateway. None on a request (the default) means tracing is off: the replica
+    does nothing for it.
+    """
+
+    traceparent: str
+    tracestate: str
+    endpoint: str
+    protocol: str
+    service_name: str
+
+
 @dataclass(slots=True)
 class GenerateRequest:
     """One sequence to generate. Exactly one of `prompt` / `messages` is set.
@@ -170,6 +188,8 @@ class GenerateRequest:
     template_kwargs: dict[str, Any] | None = None
     # False: the thinking is generated but left out of the output (vLLM's `include_reasoning`).
     include_reasoning: bool = True
+    # The OpenTelemetry trace this engine call belongs to (None: tracing off; docs/tracing.md).
+    trace: TraceCarrier | None = None
 
     def chat_template_kwargs(self) -> dict[str, Any]:
         """What the chat template is rendered with besides the messages."""

@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
+from raygate.backends.cluster.runtime.tracing import TracingUnavailableError, shutdown_providers
 from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
 from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
 from raygate.backends.cluster.stores.ledger_db import database_problem
@@ -29,6 +30,7 @@ from raygate.server.access.key_sync import KeySync
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
+from raygate.server.observability.tracing import Tracing
 from raygate.server.observability.usage_metrics import KeyLabels
 from raygate.server.routes import (
     admin,
@@ -77,6 +79,12 @@ def build_app(settings: Settings) -> FastAPI:
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
     if settings.database_url and (problem := database_problem(settings.database_url)):
         raise ConfigError(problem)
+    tracing = None
+    if settings.otlp_traces_endpoint:
+        try:
+            tracing = Tracing(settings.otlp_traces_endpoint)
+        except TracingUnavailableError as exc:
+            raise ConfigError(f"--otlp-traces-endpoint: {exc}") from None
     metrics = GatewayMetrics()
     history = MetricsHistory()
     lifecycle = Lifecycle(drain_timeout_s=settings.drain_timeout_s)
@@ -160,6 +168,7 @@ def build_app(settings: Settings) -> FastAPI:
                 await _close_ledger(writer, budgets)
             await cluster.shutdown()
             ray_connection.disconnect()
+            shutdown_providers()  # the last spans exported (nothing to do with tracing off)
 
     app = FastAPI(
         title="Raygate",
@@ -176,6 +185,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.admission = admission
     app.state.ledger = ledger_client
     app.state.ledger_writer = writer
+    app.state.budgets = budgets
     app.state.key_sync = key_sync
     app.state.key_labels = KeyLabels(settings.usage_metrics_keys)
     install_error_handlers(app)
@@ -211,6 +221,7 @@ def build_app(settings: Settings) -> FastAPI:
         audit=writer,
         admin_actor="admin" if settings.admin_key else "anonymous",
         max_upload_bytes=settings.files_max_bytes,
+        tracing=tracing,
     )
     if settings.cors_origins:  # outermost, so preflights and error responses get CORS headers
         app.add_middleware(

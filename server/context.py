@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygate.protocol.errors import OpenAIError
 
@@ -53,6 +53,9 @@ class RequestContext:
     stop_error: OpenAIError | None = None
     # What an admin action acted on, when its path does not say (a deploy names its model in the body).
     audit_target: str | None = None
+    # The request's OpenTelemetry span: a `server.observability.tracing.RequestTrace` (typed Any:
+    # access/, below observability/ in the layers, reads this module); None: tracing is off.
+    trace: Any = None
     _timeouts: set[asyncio.Timeout] = field(default_factory=set)
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 

@@ -309,6 +309,17 @@ class Settings:
         shown_default="SQLite in --state-dir (memory without one)",
         group=USAGE,
     )
+    # server/observability/tracing.py: OpenTelemetry spans over OTLP (docs/tracing.md).
+    otlp_traces_endpoint: str | None = setting(
+        None,
+        env="RAYGATE_OTLP_TRACES_ENDPOINT",
+        flag="--otlp-traces-endpoint",
+        help="export OpenTelemetry traces of every request to this OTLP endpoint (as vLLM's flag: "
+        "gRPC, e.g. http://localhost:4317, unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf; "
+        "the other OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables apply)",
+        shown_default="off",
+        group=OPERATIONS,
+    )
     # server/observability/usage_metrics.py: bounded label cardinality for per-key counters.
     usage_metrics_keys: int = setting(
         20,

@@ -2,9 +2,11 @@
 
 Checked before a request reaches a model, against the ledger (one actor call, only for keys that
 have a budget), so every gateway of a namespace enforces the same sums. The sums count finished
-requests, and a budgeted key's usage is written as soon as its request ends
-(`server/observability/ledger_writer.py`): a gateway can overshoot a token budget only by the
-requests it had already admitted when the budget ran out. A key over budget gets OpenAI's 429
+requests and what running ones hold: just before its first engine call a request reserves the
+most it can use (`reserve`: the model's context per sequence, server/serving/handle.py), and its
+usage record, written as soon as it ends (`server/observability/ledger_writer.py`), trades the
+reservation for its real tokens. A budget is therefore overshot by at most the one request that
+took its last tokens (backends/cluster/stores/ledger.py). A key over budget gets OpenAI's 429
 `insufficient_quota`, saying when its day or month starts again (also as `Retry-After`).
 """
 
@@ -54,8 +56,26 @@ class Budgets:
         if key.budget.max_parallel is not None:
             ctx.on_close(lambda: self._release(key.id))
 
+    async def reserve(self, ctx: RequestContext, tokens: int) -> int:
+        """Hold `tokens` of the key's token budget (429 when nothing is left); returns what was
+        held (0: the key has no token budget)."""
+        key = ctx.key
+        if key is None or key.budget is None or not key.budget.limits_tokens or tokens <= 0:
+            return 0
+        refusal: Refusal | None = await self._ledger.call("reserve", key.id, key.budget, tokens)
+        if refusal is not None:
+            raise refusal_error(key, refusal, time.time())
+        return tokens
+
+    def unreserve(self, key_id: str, tokens: int) -> None:
+        """Give back a reservation whose request recorded no usage (it reached no engine)."""
+        self._background("unreserve", key_id, tokens)
+
     def _release(self, key_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._ledger.call("release", key_id))
+        self._background("release", key_id)
+
+    def _background(self, method: str, *args: object) -> None:
+        task = asyncio.get_running_loop().create_task(self._ledger.call(method, *args))
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 

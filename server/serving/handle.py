@@ -20,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -38,12 +39,20 @@ from raygate.protocol.generation import (
     TokenizeResult,
 )
 from raygate.protocol.sampling_defaults import SamplingDefaults
+from raygate.server.access.budgets import Budgets
 from raygate.server.context import RequestContext, request_context
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.tracing import RequestTrace, ended
 from raygate.server.observability.usage_metrics import KeyLabels, count_usage
 from raygate.server.serving.admission import Admission, Ticket
 from raygate.server.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+# Budget tokens one sequence reserves when no replica has told its context length yet.
+FALLBACK_RESERVE = 32768
 
 # The key id of requests to a gateway without keys.
 ANONYMOUS = "anonymous"
@@ -77,6 +86,7 @@ class ModelHandle:
         metrics: GatewayMetrics,
         settings: Settings,
         adapter: AdapterConfig | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self._router = router
         self._lora = ((adapter.name, adapter.scale),) if adapter is not None else ()
@@ -85,6 +95,7 @@ class ModelHandle:
         self._ticket = ticket
         self._metrics = metrics
         self._labels = {"model_name": router.config.name}
+        self._span_attributes = {"gen_ai.request.model": router.config.name}
         limits = router.config.limits
         ttft = limits.ttft_timeout_s or settings.ttft_timeout_s
         total = limits.request_timeout_s or settings.request_timeout_s
@@ -94,6 +105,8 @@ class ModelHandle:
         self._queued_observed = False
         self.usage = UsageCount()
         self.queued_s = 0.0  # the admission wait, once admitted (Ollama reports it as load time)
+        self._budgets = budgets
+        self.reserved = 0  # budget tokens this request holds (server/access/budgets.py)
 
     @property
     def context_length(self) -> int | None:
@@ -132,7 +145,16 @@ class ModelHandle:
             return
         deadline = _earliest(self._ttft_deadline, self._total_deadline)
         expired = self._ttft_expired if deadline == self._ttft_deadline else self._total_expired
-        queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
+        trace: RequestTrace | None = self._ctx.trace if not self._queued_observed else None
+        span = trace.child("admission", attributes=self._span_attributes) if trace else None
+        try:
+            queued = await self._ctx.bounded(self._ticket.wait(), deadline, expired)
+        except BaseException as exc:
+            if span is not None:
+                ended(span, {}, exc)
+            raise
+        if span is not None:
+            ended(span, {"raygate.queued_s": queued})
         if not self._queued_observed:
             self._queued_observed = True
             self.queued_s = queued
@@ -145,13 +167,22 @@ class ModelHandle:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
         await self._admitted()
+        await self._reserve()
+        trace: RequestTrace | None = self._ctx.trace
+        span = None
+        if trace is not None:
+            span = trace.child("replica.call", client=True, attributes=self._span_attributes)
         request = dataclasses.replace(
-            request, request_id=self._engine_id(request.request_id), lora=self._lora
+            request,
+            request_id=self._engine_id(request.request_id),
+            lora=self._lora,
+            trace=trace.carrier(span) if trace is not None and span is not None else None,
         )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
         first_at: float | None = None
         last: Delta | None = None
+        failure: BaseException | None = None
         try:
             while True:
                 if first_at is None:
@@ -166,13 +197,45 @@ class ModelHandle:
                 if first_at is None:
                     first_at = loop.time()
                     self._metrics.ttft.observe(self._labels, first_at - self._ctx.started)
+                    if span is not None:
+                        span.add_event("first_token")
                 last = delta
                 yield delta
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             close = getattr(stream, "aclose", None)  # an async generator: close it if we left early
             if close is not None:
                 await close()
             self._record(last, first_at, loop.time(), counts_prompt)
+            if span is not None:
+                self._trace_call(span, last, first_at, failure)
+
+    def _trace_call(
+        self, span: Span, last: Delta | None, first_at: float | None, failure: BaseException | None
+    ) -> None:
+        """End the replica call's span, and bring the request's span up to date: its usage so far
+        and its time to first token."""
+        attributes: dict[str, str | int | float] = {}
+        if last is not None:
+            attributes["gen_ai.usage.input_tokens"] = last.prompt_tokens
+            attributes["gen_ai.usage.output_tokens"] = last.completion_tokens
+            attributes["raygate.finish_reason"] = last.finish_reason or "cut_short"
+        ended(span, attributes, failure if last is None or last.finish_reason is None else None)
+        trace: RequestTrace | None = self._ctx.trace
+        if trace is None:
+            return
+        totals: dict[str, str | int | float] = {
+            "gen_ai.usage.input_tokens": self.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": self.usage.completion_tokens,
+        }
+        if self.usage.cached_tokens:
+            totals["raygate.cached_tokens"] = self.usage.cached_tokens
+        if first_at is not None and trace.first_token_s is None:
+            trace.first_token_s = first_at - self._ctx.started
+            totals["raygate.time_to_first_token_s"] = round(trace.first_token_s, 6)
+        trace.span.set_attributes(totals)
 
     def _record(self, last: Delta | None, first_at: float | None, end: float, counts_prompt: bool) -> None:
         if last is None:
@@ -196,8 +259,18 @@ class ModelHandle:
         if first_at is not None and last.completion_tokens > 1:
             self._metrics.tpot.observe(self._labels, (end - first_at) / (last.completion_tokens - 1))
 
+    async def _reserve(self, sequences: int = 1) -> None:
+        """Hold the most this engine call can use (the context per sequence) against the key's
+        token budget, if it has one."""
+        key = self._ctx.key
+        if self._budgets is None or key is None or key.budget is None or not key.budget.limits_tokens:
+            return
+        tokens = (self.context_length or FALLBACK_RESERVE) * sequences
+        self.reserved += await self._budgets.reserve(self._ctx, tokens)
+
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         await self._admitted()
+        await self._reserve(len(request.inputs))
         request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
         result = await self._ctx.bounded(
             self._router.embed(request), self._total_deadline, self._total_expired
@@ -246,10 +319,12 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
     """Hand the request's usage to the ledger writer and the per-key metrics (a request that
     reached no engine has none)."""
     usage = handle.usage
-    if not usage.calls:
-        return
     state = request.app.state
     ctx = request_context(request)
+    if not usage.calls:
+        if handle.reserved and ctx.key is not None:
+            state.budgets.unreserve(ctx.key.id, handle.reserved)
+        return
     record = UsageRecord(
         at=time.time(),
         key_id=ctx.key.id if ctx.key is not None else ANONYMOUS,
@@ -260,6 +335,7 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
         completion_tokens=usage.completion_tokens,
         cached_tokens=usage.cached_tokens,
         reasoning_tokens=usage.reasoning_tokens,
+        reserved=handle.reserved,
     )
     labels: KeyLabels = state.key_labels
     count_usage(state.metrics, labels, record)
@@ -289,6 +365,8 @@ def open_model(
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    handle = ModelHandle(router, ctx, ticket, metrics, state.settings, adapter)
+    handle = ModelHandle(
+        router, ctx, ticket, metrics, state.settings, adapter, getattr(state, "budgets", None)
+    )
     ctx.on_close(lambda: record_usage(request, handle, endpoint))
     return handle

@@ -6,7 +6,9 @@ while draining (503), check its API key on `/v1/*` (401 / 429), refuse a body ov
 `X-Request-Id` to the response, count it by endpoint and status, write the access log line, and
 release what the request held (its admission slot), and append an admin action (anything but a
 read under `/admin`, and Xinference's registry changes) to the audit log. A keyed request whose
-key has a budget is checked against it before the route (server/access/budgets.py: 429).
+key has a budget is checked against it before the route (server/access/budgets.py: 429). With
+tracing on, the request's span starts here (continuing a client's `traceparent`, whose successor
+goes back in the response headers) and ends after the last byte (server/observability/tracing.py).
 "After" means after the last byte of a streamed response: the middleware wraps the whole ASGI call.
 
 It is pure ASGI rather than `BaseHTTPMiddleware`: a streamed response passes through untouched,
@@ -32,6 +34,7 @@ from raygate.server.access.budgets import Budgets
 from raygate.server.context import BATCH_SCOPE_KEY, REQUEST_ID, SCOPE_KEY, RequestContext
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.tracing import Tracing
 from raygate.server.transport.errors import error_response
 from raygate.server.transport.lifecycle import Lifecycle
 
@@ -102,6 +105,7 @@ class GatewayMiddleware:
         audit: LedgerWriter | None = None,
         admin_actor: str = "anonymous",
         max_upload_bytes: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
@@ -112,6 +116,7 @@ class GatewayMiddleware:
         self.audit = audit
         self.admin_actor = admin_actor
         self.max_upload_bytes = max(max_body_bytes, (max_upload_bytes or 0) + MULTIPART_SLACK)
+        self.tracing = tracing
 
     def _body_limit(self, scope: Scope) -> int:
         if scope["method"] == "POST" and scope["path"] == FILES_PATH:
@@ -159,12 +164,17 @@ class GatewayMiddleware:
         status = 500
         received = 0
         limit = self._body_limit(scope)
+        extra_headers = [(b"x-request-id", ctx.request_id.encode())]
+        if self.tracing is not None and scope["path"] not in PROBES:
+            carried = {name: headers[name] for name in ("traceparent", "tracestate") if name in headers}
+            ctx.trace = self.tracing.start(scope["method"], scope["path"], carried, ctx.request_id)
+            extra_headers.append((b"traceparent", ctx.trace.traceparent().encode()))
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", ctx.request_id.encode())]
+                message["headers"] = [*message.get("headers", ()), *extra_headers]
             await send(message)
 
         async def receive_limited() -> Message:
@@ -202,6 +212,8 @@ class GatewayMiddleware:
             ctx.close()
             self._account(scope, ctx, status, loop.time() - ctx.started)
             self._audit(scope, ctx, status)
+            if ctx.trace is not None:
+                ctx.trace.finish(ctx, getattr(scope.get("route"), "path", None), status)
             REQUEST_ID.reset(token)
 
     def _audit(self, scope: Scope, ctx: RequestContext, status: int) -> None:

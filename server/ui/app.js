@@ -5,8 +5,9 @@ import { clearError } from "./dom.js";
 import * as metrics from "./metrics.js";
 import * as models from "./models.js";
 import * as playground from "./playground.js";
+import * as usage from "./usage.js";
 
-const pages = { models, metrics, playground, batches };
+const pages = { models, metrics, usage, playground, batches };
 let current = null;
 
 function show(name) {
@@ -41,6 +42,7 @@ function setupKeys() {
 setupKeys();
 models.setup();
 metrics.setup();
+usage.setup();
 playground.setup();
 batches.setup();
 for (const tab of document.querySelectorAll(".tab")) {

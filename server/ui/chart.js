@@ -25,8 +25,9 @@ export function format(value) {
   return value.toPrecision(2);
 }
 
-// times: Unix seconds; lines: [{name, values (null = no data), cls}]; unit appended to the top value.
-export function lineChart(title, times, lines, unit = "") {
+// times: Unix seconds; lines: [{name, values (null = no data), cls}]; unit appended to the top value;
+// span: how the x axis names the time it covers ("minutes", or "days" for daily points).
+export function lineChart(title, times, lines, unit = "", span = "minutes") {
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
   const numbers = lines.flatMap((l) => l.values.filter((v) => v !== null));
   const top = Math.max(1e-9, ...numbers) * 1.1;
@@ -40,7 +41,10 @@ export function lineChart(title, times, lines, unit = "") {
     label(PAD.left - 4, PAD.top + 8, `${format(numbers.length ? Math.max(...numbers) : 0)}${unit}`, "end"),
     label(PAD.left - 4, y(0), "0", "end"),
   );
-  if (times.length > 1) {
+  if (times.length > 1 && span === "days") {
+    const days = Math.round((t1 - t0) / 86400);
+    root.append(label(PAD.left, H - 4, `${days} days`), label(W - PAD.right, H - 4, "today", "end"));
+  } else if (times.length > 1) {
     const minutes = (t1 - t0) / 60;
     root.append(label(PAD.left, H - 4, `−${minutes.toFixed(minutes < 2 ? 1 : 0)} min`), label(W - PAD.right, H - 4, "now", "end"));
   }

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -105,6 +106,7 @@ def test_console_is_public_static_and_locked_down(console: GatewayProcess) -> No
             "chart.js",
             "playground.js",
             "batches.js",
+            "usage.js",
             "style.css",
         ]:
             asset = http.get(f"/ui/{name}")
@@ -260,6 +262,34 @@ def test_metrics_page_charts_the_traffic(page: Page, console: GatewayProcess) ->
     expect(ready.locator("figcaption")).to_have_text("Replicas ready")
     expect(ready.locator("text.tick").first).to_have_text("1")  # the top of the axis: 1 replica
     shot(page, "metrics")
+
+
+def test_usage_page_charts_tokens_per_key(page: Page, console: GatewayProcess) -> None:
+    """A key's tokens reach the ledger and the Usage page: a chart of tokens per day and a row of
+    totals equal to what /admin/usage says."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(base_url=console.url, timeout=120) as http:
+        r = http.post(
+            "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        )
+        assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 60
+        while not (
+            rows := http.get("/admin/usage", params={"group_by": "key"}, headers=admin).json()["data"]
+        ):
+            assert time.monotonic() < deadline, "the usage never reached the ledger"
+            time.sleep(0.5)
+    (row,) = rows
+    use_keys(page)
+    page.click(".tab[data-page=usage]")
+    line = page.locator(f"#usage-keys tr[data-key='{row['key_id']}'] td")
+    expect(line.nth(4)).to_have_text(str(row["total_tokens"]), timeout=30_000)
+    expect(line.nth(1)).to_have_text(str(row["requests"]))
+    expect(page.locator("#usage-chart svg.chart")).to_have_count(1)
+    expect(page.locator("#usage-chart .legend .key")).to_have_text([row["key_id"]])
+    shot(page, "usage")
 
 
 def test_batches_page_lists_the_keys_batches_with_progress(page: Page, console: GatewayProcess) -> None:

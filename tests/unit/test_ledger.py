@@ -6,7 +6,9 @@ buffer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -255,3 +257,50 @@ async def test_the_writer_task_writes_an_urgent_record_at_once() -> None:
     writer.usage(record("a", NOON, 1, 1), urgent=True)
     await asyncio.wait_for(got.wait(), 30)
     task.cancel()
+
+
+def test_running_requests_hold_their_most_and_give_it_back_with_their_usage() -> None:
+    ledger = Ledger(None, None)
+    budget = KeyBudget(tokens_per_day=100)
+    assert ledger.reserve("a", budget, 60, NOON) is None
+    assert ledger.reserve("a", budget, 60, NOON) is None  # 60 held < 100: one more may start
+    held = ledger.reserve("a", budget, 60, NOON)
+    assert held is not None and held.reason == "quota" and "running requests hold" in held.message
+    assert held.resets_at == NOON + 1  # not spent: worth a retry when they end
+    assert ledger.admit("a", budget, NOON) is not None  # the middleware's check sees it too
+    ledger.record([dataclasses.replace(record("a", NOON, 10, 20), reserved=60)])  # 30 spent, 60 held
+    assert ledger.reserve("a", budget, 60, NOON) is None
+    assert ledger.reserve("b", budget, 60, NOON) is None  # another key's budget is its own
+    assert ledger.reserve("a", KeyBudget(max_parallel=1), 60, NOON) is None  # no token budget: nothing held
+    ledger.unreserve("a", 60)  # a request that reached no engine
+    ledger.unreserve("a", 60)
+    assert ledger.reserve("a", budget, 60, NOON) is None
+
+
+def test_concurrent_requests_overshoot_a_budget_by_at_most_one_request() -> None:
+    """Requests of one key from many gateways, interleaved: each reserves its most (the
+    context), uses a random part of it, and records it later, while others start. Whatever the
+    order, the spent tokens pass the budget by less than one request's use."""
+    rng = random.Random(50)
+    context, limit = 64, 300
+    for _ in range(5):
+        ledger = Ledger(None, None)
+        budget = KeyBudget(tokens_per_day=limit)
+        running: list[int] = []
+        biggest = 0
+        for _ in range(60):
+            if running and rng.random() < 0.5:
+                ledger.record(
+                    [
+                        dataclasses.replace(
+                            record("k", NOON, 0, running.pop(rng.randrange(len(running)))), reserved=context
+                        )
+                    ]
+                )
+            elif ledger.reserve("k", budget, context, NOON) is None:
+                use = rng.randint(1, context)
+                biggest = max(biggest, use)
+                running.append(use)
+        while running:
+            ledger.record([dataclasses.replace(record("k", NOON, 0, running.pop()), reserved=context)])
+        assert ledger._db.spent("k", NOON).day < limit + biggest

@@ -166,8 +166,20 @@ class ModelWorker:
         engine = self._admit()
         self._inflight += 1
         try:
-            async with contextlib.aclosing(self._batches(engine, request)) as batches:
-                async for batch in batches:
+            batches = self._batches(engine, request)
+            if request.trace is not None:  # only then: tracing off loads no OpenTelemetry
+                from raygate.backends.cluster.routing.replica_trace import traced_batches
+
+                attributes: dict[str, str | int] = {
+                    "gen_ai.request.model": self._config.name,
+                    "raygate.engine_request_id": request.request_id,
+                    "raygate.replica": ray.get_runtime_context().get_actor_name() or "",
+                    "raygate.node_id": ray.get_runtime_context().get_node_id(),
+                    "raygate.inflight": self._inflight,
+                }
+                batches = traced_batches(request.trace, attributes, batches)
+            async with contextlib.aclosing(batches) as stream:
+                async for batch in stream:
                     yield batch
         finally:
             self._inflight -= 1

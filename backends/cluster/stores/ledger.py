@@ -7,10 +7,14 @@ and budgets are checked against one sum. It runs where the controller runs
 (`placement.state_actor_options`), so its default SQLite file sits in that node's `--state-dir`;
 with `--database-url` it is a PostgreSQL client instead, and the actor is just the one writer.
 
-Budgets: `admit` compares a key's tokens this UTC day / month (what the gateways have flushed)
-with its budget, and counts its running requests against `max_parallel` (`release` when they
-end). Gateways flush a budgeted key's usage as soon as its request ends, so another gateway's
-next `admit` sees it.
+Budgets: `admit` compares a key's tokens this UTC day / month (what the gateways have flushed,
+plus what running requests hold) with its budget, and counts its running requests against
+`max_parallel` (`release` when they end). A request about to reach a model `reserve`s the most
+tokens it can use (its model's context per sequence); its usage record gives the reservation back
+in the same call that counts its real tokens (`record`). A request is let in only while the spent
+and reserved tokens are below the budget, so the running requests can never use more than they
+hold and the budget is overshot by at most the one request that took its last tokens: whatever
+the number of gateways.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Ledger:
         # Bumped on every key change; a new actor starts a new epoch, so no gateway keeps a stale list.
         self._epoch, self._changes = uuid.uuid4().hex[:8], 0
         self._running: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}
         log.info("ledger at %s", self._db.where)
 
     def info(self) -> dict[str, Any]:
@@ -64,26 +69,17 @@ class Ledger:
 
     def record(self, records: list[UsageRecord]) -> None:
         self._db.record(records)
+        for r in records:
+            if r.reserved:
+                self.unreserve(r.key_id, r.reserved)
 
     def report(self, group_by: list[str], filters: dict[str, Any]) -> list[UsageRow]:
         return self._db.report(group_by, **filters)
 
     def admit(self, key_id: str, budget: KeyBudget, now: float | None = None) -> Refusal | None:
         now = time.time() if now is None else now
-        if budget.limits_tokens:
-            spent = self._db.spent(key_id, now)
-            if budget.tokens_per_day is not None and spent.day >= budget.tokens_per_day:
-                return Refusal(
-                    "quota",
-                    f"used {spent.day} of its {budget.tokens_per_day} tokens per day",
-                    spent.day_resets_at,
-                )
-            if budget.tokens_per_month is not None and spent.month >= budget.tokens_per_month:
-                return Refusal(
-                    "quota",
-                    f"used {spent.month} of its {budget.tokens_per_month} tokens per month",
-                    spent.month_resets_at,
-                )
+        if budget.limits_tokens and (refusal := self._quota(key_id, budget, now)) is not None:
+            return refusal
         if budget.max_parallel is not None:
             running = self._running.get(key_id, 0)
             if running >= budget.max_parallel:
@@ -91,6 +87,46 @@ class Ledger:
                 return Refusal("parallel", message, now + 1)
             self._running[key_id] = running + 1
         return None
+
+    def _quota(self, key_id: str, budget: KeyBudget, now: float) -> Refusal | None:
+        """Whether the key's spent and reserved tokens leave nothing of a token budget."""
+        spent = self._db.spent(key_id, now)
+        reserved = self._reserved.get(key_id, 0)
+        windows = (
+            ("day", spent.day, budget.tokens_per_day, spent.day_resets_at),
+            ("month", spent.month, budget.tokens_per_month, spent.month_resets_at),
+        )
+        for window, used, limit, resets_at in windows:
+            if limit is None or used + reserved < limit:
+                continue
+            if used >= limit:
+                return Refusal("quota", f"used {used} of its {limit} tokens per {window}", resets_at)
+            # Not spent yet, but held by running requests: worth a retry when they end.
+            message = (
+                f"used {used} of its {limit} tokens per {window}, and its running requests hold the rest"
+            )
+            return Refusal("quota", message, now + 1)
+        return None
+
+    def reserve(
+        self, key_id: str, budget: KeyBudget, tokens: int, now: float | None = None
+    ) -> Refusal | None:
+        """Hold `tokens` of the key's token budget for a request about to reach a model, unless
+        the budget has nothing left that is neither spent nor held."""
+        if not budget.limits_tokens or tokens <= 0:
+            return None
+        refusal = self._quota(key_id, budget, time.time() if now is None else now)
+        if refusal is None:
+            self._reserved[key_id] = self._reserved.get(key_id, 0) + tokens
+        return refusal
+
+    def unreserve(self, key_id: str, tokens: int) -> None:
+        """Give back what a request held (its record does, or the gateway when it used nothing)."""
+        left = self._reserved.get(key_id, 0) - tokens
+        if left > 0:
+            self._reserved[key_id] = left
+        else:
+            self._reserved.pop(key_id, None)
 
     def release(self, key_id: str) -> None:
         left = self._running.get(key_id, 0) - 1

@@ -101,6 +101,9 @@ class UsageRecord:
     completion_tokens: int
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    # Budget tokens the request held while it ran (ledger.py's `reserve`), given back when this
+    # record is written: its real tokens take their place in the same actor call. Not stored.
+    reserved: int = 0
 
     @property
     def total_tokens(self) -> int:
