@@ -38,7 +38,7 @@ log = logging.getLogger("bench")
 RESULTS = Path(__file__).resolve().parent / "results"
 REQUESTS = 300
 CONCURRENCY = 8
-MAX_TOKENS = 32
+MAX_TOKENS = 16
 SETTLE_S = 10.0
 
 
@@ -78,7 +78,7 @@ async def _traffic(url: str, requests: int) -> int:
     failed = 0
     for workload in _workloads():
         results, _ = await run_http(
-            url + "/v1", workload, concurrency=CONCURRENCY, requests=requests // 2, max_seconds=600
+            url + "/v1", workload, concurrency=CONCURRENCY, requests=requests // 2, max_seconds=300
         )
         failed += sum(not r.ok for r in results)
     return failed
