@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", required=True, help="a Hugging Face folder with the model's tokenizer")
     parser.add_argument("--workload", nargs="+", default=["random"], choices=list(WORKLOADS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
-    parser.add_argument("--num-prompts", type=int, default=16)
+    parser.add_argument(
+        "--num-prompts", type=int, nargs="+", default=[16], help="per cell: one per --concurrency, or one"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, help="every run as JSON, and the table beside it (.md)")
     args = parser.parse_args(argv)
@@ -158,13 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         name, rest = spec.split("=", 1)
         url, _, model = rest.partition("@")
         targets[name] = (url, model or args.model)
+    prompts = dict(zip(args.concurrency, args.num_prompts * len(args.concurrency), strict=False))
+    if len(args.num_prompts) > 1:
+        prompts = dict(zip(args.concurrency, args.num_prompts, strict=True))
     runs: list[dict[str, Any]] = []
     for round_ in range(1, args.rounds + 1):
         for workload in args.workload:
             for c in args.concurrency:
                 for name, (url, model) in targets.items():
                     print(f"round {round_}: {workload} c={c} {name}", file=sys.stderr, flush=True)
-                    result = run_one(bench_args(url, model, args.tokenizer, workload, c, args.num_prompts))
+                    result = run_one(bench_args(url, model, args.tokenizer, workload, c, prompts[c]))
                     runs.append(
                         {"round": round_, "workload": workload, "concurrency": c, "target": name, **result}
                     )
