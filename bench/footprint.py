@@ -59,7 +59,9 @@ def processes(root: int) -> list[dict[str, Any]]:
         rss = _kib(pid, "VmRSS", "status")
         if not rss:
             continue  # gone, or a kernel thread
-        name = servers.cmdline(pid).split(" --")[0][-70:]
+        # Ray names its workers in their command line (`ray::ModelWorker`, padded with spaces).
+        line = servers.cmdline(pid).strip()
+        name = line.split()[0] if line.startswith("ray::") else line.split(" --")[0][-70:]
         pss = _kib(pid, "Pss", "smaps_rollup")
         rows.append({"pid": pid, "name": name, "rss_mb": rss / 1024, "pss_mb": pss / 1024})
     return rows
