@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
 import ray
 
 from raygate.backends.cluster.runtime import embedded
@@ -107,7 +109,12 @@ def _stop_unused(log_to_driver: bool) -> None:
     node = ray._private.worker._global_node
     if node is None:
         return
+    # The API server starts its modules through a forkserver: its descendants go with it.
+    modules = _descendants(node.all_processes.get("dashboard", []))
     node.kill_dashboard(check_alive=False)
+    for process in modules:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
     node.kill_monitor(check_alive=False)
     if not log_to_driver:
         node.kill_log_monitor(check_alive=False)
@@ -145,6 +152,14 @@ def _keep_signal_handlers() -> Iterator[None]:
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
+
+
+def _descendants(infos: list[Any]) -> list[psutil.Process]:
+    found: list[psutil.Process] = []
+    for info in infos:
+        with contextlib.suppress(psutil.Error):
+            found += psutil.Process(info.process.pid).children(recursive=True)
+    return found
 
 
 def disconnect() -> None:
