@@ -143,6 +143,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.routing
+	$(BIN)/python -m bench.footprint
 
 # After a deliberate upgrade in .venv (and a green `make test`): pin what is installed.
 constraints: setup

@@ -24,6 +24,7 @@ STYLE = {
     "serve-2x1": ("make serve's previous shape, 2 x 1 thread", "tab:cyan"),
     "peer": ("llama_cpp.server", "tab:green"),
     "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),
+    "llama-server-native": ("llama-server built for this CPU", "tab:gray"),
     "llama-server-fa-off": ("llama-server, flash attention off", "tab:olive"),
     "bare": ("bare uvicorn app, write per frame", "tab:purple"),
     "bare-joined": ("bare uvicorn app, one write", "tab:pink"),

@@ -17,6 +17,8 @@ Targets (the ladder, plus the peer and the ceiling):
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
+    llama-server-native  the same sources built for this CPU (GGML_NATIVE=ON), as llama.cpp's
+           release binaries pick the best variant at run time: the peer as its users run it
     llama-server-fa-off  the same with `--flash-attn off`: serve-fa-off's attention kernels
     bare   a bare uvicorn streaming app, one socket write per frame (bench/bare_app.py)
     bare-joined  the same app writing all frames at once: the ceiling for "gateway alone"
@@ -33,13 +35,17 @@ from raygate.protocol.generation import SamplingParams
 
 OUTPUT_TOKENS = 128
 LLAMA_SERVER_SLOTS = 8
-# The llama-server targets and their flags on top of the common command (bench/run.py): as it
-# starts (flash attention `auto`, on for a CPU, as in Raygate's engines), and without it (as
-# serve-fa-off).
-LLAMA_SERVERS: dict[str, tuple[str, ...]] = {
-    "llama-server": (),
-    "llama-server-fa-off": ("--flash-attn", "off"),
+# The llama-server targets: the build (bench/llama_server.py's variant) and the flags on top of the
+# common command (bench/run.py): as it starts (flash attention `auto`, on for a CPU, as in
+# Raygate's engines), built with the Makefile's portable flags and for this CPU; and without flash
+# attention (as serve-fa-off). The goals hold against the faster of the first two.
+LLAMA_SERVERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llama-server": ("portable", ()),
+    "llama-server-native": ("native", ()),
+    "llama-server-fa-off": ("portable", ("--flash-attn", "off")),
 }
+# The peers the goals are held against: whichever of these is faster in a cell.
+GOAL_PEERS = ("llama-server", "llama-server-native")
 LLAMA_MODEL = "smollm2-135m-instruct"
 BATCHED_MODEL = "smollm2-batched"
 # The gateway's targets that serve another model of bench.yaml than LLAMA_MODEL.
@@ -119,7 +125,7 @@ class Scenario:
 _REPEAT = Scenario(
     "llama-server-repeat",
     "llama-shared",
-    ("serve", "serve-2x1", "llama-server"),
+    ("serve", "serve-2x1", "llama-server", "llama-server-native"),
     (1, 8),
     rounds=2,
     requests_per_stream=2,
@@ -161,7 +167,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-fa-off", "serve-2x1", "llama-server", "llama-server-fa-off"),
+        ("serve", "serve-fa-off", "serve-2x1", "llama-server", "llama-server-native", "llama-server-fa-off"),
         (1, 8),
         rounds=3,
         requests_per_stream=2,

@@ -70,7 +70,7 @@ def _llama_settings() -> tuple[Path, dict[str, Any]]:
     return resolve_model_file(model.source), model.engine
 
 
-def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
+def _llama_server_command(gguf: Path, n_ctx: int, variant: str = "portable") -> list[str]:
     """llama-server on the cores the batched Raygate target uses: its replicas' threads together
     (at most the machine's), for prefill and decode, with 8 slots of `n_ctx` tokens each."""
     config = load_config(CONFIG)
@@ -78,7 +78,7 @@ def _llama_server_command(gguf: Path, n_ctx: int) -> list[str]:
     threads = min(os.cpu_count() or 1, model.replicas * int(model.engine.get("n_threads", 1)))
     slots = plan.LLAMA_SERVER_SLOTS
     return [
-        str(llama_server.binary()),
+        str(llama_server.binary(variant=variant)),
         "--model",
         str(gguf),
         "--alias",
@@ -135,8 +135,13 @@ def started_servers(needed: set[str], log_dir: Path) -> Iterator[Targets]:
         argv = [str(servers.BIN / "raygate"), "serve", "--port", servers.PORT]
         commands[SERVE] = [*argv, "--config", str(_serve_config(log_dir))]
     if needed & plan.LLAMA_SERVERS.keys():
-        peer = _llama_server_command(gguf, int(engine_kwargs.get("n_ctx", 2048)))
-        commands.update({name: [*peer, *flags] for name, flags in plan.LLAMA_SERVERS.items()})
+        n_ctx = int(engine_kwargs.get("n_ctx", 2048))
+        commands.update(
+            {
+                name: [*_llama_server_command(gguf, n_ctx, variant), *flags]
+                for name, (variant, flags) in plan.LLAMA_SERVERS.items()
+            }
+        )
     health = {
         "L1": "/health",
         "L2": "/health",

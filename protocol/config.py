@@ -341,10 +341,9 @@ class ModelConfig(StrictModel):
         le=1000,
         allow_inf_nan=False,
         description="Least time between two stream batches a replica hands to Ray (vLLM's "
-        "`stream_interval`, in time): tokens made meanwhile travel together. A replica serving n "
-        "streams spaces each one's batches n times this far apart, up to 250 ms (or this, if "
-        "longer). 0 sends each as soon as Ray takes it. The first and the last delta of a stream "
-        "are never held.",
+        "`stream_interval`, in time): tokens made meanwhile travel together, per stream, however "
+        "many streams the replica serves. 0 sends each as soon as Ray takes it. The first and the "
+        "last delta of a stream are never held.",
     )
     max_restarts: int = Field(
         3,

@@ -112,7 +112,9 @@ def build_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ray_connection.connect(settings.ray_address, settings.ray_num_cpus, settings.ray_namespace)
+        ray_connection.connect(
+            settings.ray_address, settings.ray_num_cpus, settings.ray_namespace, settings.ray_dashboard
+        )
         cluster = ControllerClient(controller, on_lost=_stop_this_process)
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load
         sampler: asyncio.Task[None] | None = None

@@ -90,6 +90,12 @@ class Settings:
         help="CPUs the embedded Ray may schedule",
         shown_default="all cores",
     )
+    ray_dashboard: bool = setting(
+        False,
+        env="RAYGATE_RAY_DASHBOARD",
+        help="the embedded Ray keeps its dashboard (port 8265) and autoscaler monitor; without "
+        "it they are stopped once Ray is up (~190 MB that Raygate never uses)",
+    )
     state_dir: Path | None = setting(
         None,
         env="RAYGATE_STATE_DIR",

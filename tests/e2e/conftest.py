@@ -47,9 +47,7 @@ def ray_address() -> Iterator[str]:
     # A GCS starved for a minute on a busy box must fail the tests that needed it, not abort this
     # process (Ray's driver calls abort() after 60 s without its GCS: no summary, no clue).
     os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
-    context = connection.start_local(
-        num_cpus=8, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False
-    )
+    context = connection.start_local(num_cpus=8, namespace=NAMESPACE, log_to_driver=False)
     _collect_ray_start_leftovers()
     postmortem.record(ray_session=context.address_info["session_dir"])
     yield ray.get_runtime_context().gcs_address

@@ -14,6 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from bench.servers import cmdline, descendants
 from raygate.backends.cluster.runtime.connection import START_ATTEMPTS
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import REPO, start_gateway
@@ -59,6 +60,14 @@ def test_embedded_ray_starts_again_when_its_raylet_dies_starting(tmp_path: Path)
         assert "Ray's start failed (attempt 1 of" in gw.log(), gw.log()[-3000:]
         with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
             assert len(client.embeddings.create(model="minilm", input="hi").data[0].embedding) == 384
+        # Ray's processes that Raygate never uses are gone (issue #52); what it uses is there.
+        processes = [cmdline(pid) for pid in descendants(gw.proc.pid)]
+        unused = [
+            c for c in processes if "dashboard/dashboard.py" in c or "autoscaler/_private/monitor.py" in c
+        ]
+        assert not unused, "\n".join(c[:300] for c in unused)
+        ray_processes = " | ".join(processes)
+        assert "raylet" in ray_processes and "log_monitor.py" in ray_processes, ray_processes[:3000]
     finally:
         code = gw.stop()
     assert code == 0, gw.log()[-3000:]

@@ -104,7 +104,7 @@ async def test_an_interval_never_holds_the_end_or_an_error() -> None:
 
 
 async def test_a_callable_interval_is_asked_after_each_batch() -> None:
-    """The replica's interval grows with its streams: a batch waits for what the callable says
+    """An interval may change from batch to batch: a batch waits for what the callable says
     once the batch before it has left (none after the first two, then 30 s: the rest leaves
     together with the last)."""
     asked: list[float] = []

