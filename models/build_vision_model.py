@@ -222,9 +222,9 @@ def convert(folder: Path, out: Path, *, mmproj: bool) -> None:
     args = [sys.executable, str(converter()), str(folder), "--outfile", str(tmp)]
     args += ["--model-name", "tiny-vlm"]
     args += ["--mmproj", "--outtype", "f16"] if mmproj else ["--outtype", "q8_0"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_LOCAL_GGUF": ""}
-    env.pop("NO_LOCAL_GGUF")  # the converter's own gguf-py, newer than the installed package
-    result = subprocess.run(args, env=env, capture_output=True, text=True)
+    # The converter's own gguf-py (newer than the installed package): NO_LOCAL_GGUF unset.
+    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"} | {"HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise SystemExit(f"convert_hf_to_gguf.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

@@ -64,8 +64,10 @@ class LlamaCppEngine(LlamaModelEngine):
         engine_kwargs: dict[str, Any],
         rank: bool = False,
         reasoning: ReasoningConfig | None = None,
+        name: str = "this model",
     ) -> None:
         super().__init__()
+        self._name = name
         self._reasoning = reasoning
         self._model_path = model_path
         self._embedding = embedding or rank
