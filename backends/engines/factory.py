@@ -26,6 +26,8 @@ def make_engine(config: ModelConfig) -> Engine:
             engine_kwargs=config.engine,
             num_gpus=config.num_gpus,
             reasoning=config.reasoning,
+            vision=config.vision is not None,
+            name=config.name,
         )
     projector = _projector(config)
     if (

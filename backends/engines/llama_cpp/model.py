@@ -10,7 +10,6 @@ into the other.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
 from raygate.backends.engines.cpu_cores import usable_cores
+from raygate.backends.engines.images import has_images, place_images
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp import vision as vision_lib
 from raygate.backends.engines.llama_cpp.options import check_llama_options
@@ -269,24 +269,14 @@ class LlamaModel:
         each image's tokens), and the images in prompt order. A text-only model refuses images
         with the 400 the gateway gives first (defence in depth: a request that reached the
         replica another way)."""
-        if not any(m.parts and m.images for m in messages):
+        if not has_images(messages):
             return messages, []
         if self.projector is None:
             raise BadRequestError(
                 f"Model `{self.name}` does not accept images: it has no `vision:` block with a projector.",
                 param="messages",
             )
-        marker = self.projector.marker
-        placed: list[ChatMessage] = []
-        images: list[ImageInput] = []
-        for m in messages:
-            if not m.images:
-                placed.append(m)
-                continue
-            text = "".join(marker if isinstance(p, ImageInput) else p for p in m.parts)
-            images.extend(m.images)
-            placed.append(dataclasses.replace(m, content=text, parts=()))
-        return placed, images
+        return place_images(messages, self.projector.marker)
 
     def _plain_prompt(self, request: GenerateRequest) -> list[int]:
         if isinstance(request.prompt, list):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import io
 import secrets
 import weakref
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from raygate.backends.engines.images import decode_rgb
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import ImageInput
 
@@ -150,13 +150,9 @@ class EncodedImages:
 
 
 def _rgb(image: ImageInput) -> tuple[int, int, bytes]:
-    """The image's pixels as 8-bit RGB, decoded by Pillow as vLLM's processors decode them (every
-    format the gateway accepts; llama.cpp's own decoder lacks WEBP). The gateway has checked the
-    bytes are an image within the model's limits."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(image.data)) as img:
-        rgb = img.convert("RGB")
+    """The image's pixels as 8-bit RGB, decoded by Pillow as vLLM's processors decode them
+    (llama.cpp's own decoder lacks WEBP)."""
+    rgb = decode_rgb(image)
     return rgb.width, rgb.height, rgb.tobytes()
 
 
