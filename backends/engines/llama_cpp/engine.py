@@ -111,6 +111,7 @@ class LlamaCppEngine(LlamaModelEngine):
             self._reevaluated = await loop.run_in_executor(
                 self._executor, prefix_reuse.reevaluated_tokens, model.llm
             )
+        model.name = self._name
         self._model = model
 
     @property
