@@ -19,7 +19,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # The same portable flags as the Makefile (no -march=native: the image runs on any x86-64 with AVX2).
 ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
-ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
+ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
 # The sdist with Raygate's llama.cpp patches (scripts/llama_cpp/: a faster flash-attention kernel
 # that computes the same numbers), as `make setup` builds it.
 COPY scripts/llama_cpp_wheel.py /src/scripts/

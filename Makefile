@@ -8,12 +8,13 @@ STATE_DIR ?= .raygate-state/$(basename $(notdir $(CONFIG)))
 
 # llama-cpp-python has no wheel for this platform and builds from source. Build it portable
 # (no -march=native) so a wheel cached on one CPU does not crash on another, and skip the parts
-# we do not use.
+# we do not use. LLAVA_BUILD=ON builds libmtmd (llama.cpp's multimodal library: images in,
+# docs/vision.md) into the wheel beside libllama; the tools, tests and examples stay out.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAVA_BUILD=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup browser postgres vllm-setup reasoning-model lora-setup serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
+.PHONY: setup browser postgres vllm-setup reasoning-model lora-setup vision-model serve test test-core unit engine lint docs soak fuzz chaos bench constraints test-image
 
 # constraints.txt pins every dependency (and the test extra's) to the versions `make test` passed
 # with; the Dockerfile installs from the same file. `make constraints` rewrites it from .venv.
@@ -73,12 +74,18 @@ reasoning-model: setup $(if $(findstring vllm,$(CONFIG)),vllm-setup)
 lora-setup: $(VENV)/.vllm-installed
 	$(BIN)/python models/build_lora_adapters.py
 
-# A config for vLLM on the CPU, a reasoning example or the test adapters gets what it needs first.
-serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup) $(if $(findstring reasoning,$(CONFIG)),reasoning-model) $(if $(findstring lora,$(CONFIG)),lora-setup)
+# The vision-language model of examples/vision.yaml and examples/vision-vllm.yaml (docs/vision.md):
+# a tiny Idefics3 on SmolLM2's HF folder (torch and transformers: the vLLM install), as an HF
+# folder and, through llama.cpp's own converter, a GGUF and its projector; once per machine.
+vision-model: vllm-setup
+	$(BIN)/python models/build_vision_model.py
+
+# A config for vLLM on the CPU, a reasoning or vision example or the test adapters gets what it needs first.
+serve: setup $(if $(findstring vllm-cpu,$(CONFIG)),vllm-setup) $(if $(findstring reasoning,$(CONFIG)),reasoning-model) $(if $(findstring lora,$(CONFIG)),lora-setup) $(if $(findstring vision,$(CONFIG)),vision-model)
 	$(BIN)/raygate serve --config $(CONFIG) --state-dir $(STATE_DIR)
 
 # Lint first: a style or type error fails in seconds, before ~15 minutes of Ray and models.
-test: setup browser postgres vllm-setup lint docs
+test: setup browser postgres vllm-setup vision-model lint docs
 	$(BIN)/python -m pytest || $(BIN)/python -m tests.support.postmortem $$?
 
 # Everything but the vLLM-served tests (no vLLM install needed).

@@ -27,15 +27,25 @@ def make_engine(config: ModelConfig) -> Engine:
             num_gpus=config.num_gpus,
             reasoning=config.reasoning,
             lora=bool(config.adapters),
+            vision=config.vision is not None,
+            name=config.name,
         )
+    projector = _projector(config)
     if (
         config.backend == "llama_cpp"
         and config.task == "generate"
-        and int(config.engine.get("n_seq_max", 1)) > 1
+        and (int(config.engine.get("n_seq_max", 1)) > 1 or projector is not None)
     ):
+        # A vision model always takes the batched engine, whose decoder evaluates images.
         from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 
-        return BatchedLlamaCppEngine(str(path), engine_kwargs=config.engine, reasoning=config.reasoning)
+        return BatchedLlamaCppEngine(
+            str(path),
+            engine_kwargs=config.engine,
+            reasoning=config.reasoning,
+            projector=projector,
+            name=config.name,
+        )
     if config.backend == "llama_cpp":
         from raygate.backends.engines.llama_cpp.engine import LlamaCppEngine
 
@@ -45,5 +55,18 @@ def make_engine(config: ModelConfig) -> Engine:
             rank=config.task == "rerank",
             engine_kwargs=config.engine,
             reasoning=config.reasoning,
+            name=config.name,
         )
     raise ValueError(f"unknown backend {config.backend!r}")
+
+
+def _projector(config: ModelConfig) -> str | None:
+    """A llama.cpp vision model's mmproj file (`vision.projector`), found as the model's own file
+    is; vLLM reads its vision tower from the model folder."""
+    if config.vision is None or config.backend != "llama_cpp":
+        return None
+    if config.vision.projector is None:
+        raise ValueError(f"model `{config.name}`: llama.cpp needs `vision.projector` (the mmproj GGUF)")
+    if config.task != "generate":
+        raise ValueError(f"model `{config.name}`: `vision` is for generating models")
+    return str(resolve_model_file(config.vision.projector))

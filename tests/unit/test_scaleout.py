@@ -12,7 +12,7 @@ from raygate.backends.cluster.control.autoscaler import STALE_SECONDS, Autoscale
 from raygate.backends.cluster.routing.affinity import PrefixTable, prefix_keys, prompt_text
 from raygate.backends.cluster.runtime.placement import UNBOUNDED_SLOTS, free_slots
 from raygate.protocol.config import ModelConfig
-from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from raygate.protocol.generation import ChatMessage, GenerateRequest, ImageInput, SamplingParams
 from raygate.protocol.policies import AutoscalingConfig
 
 
@@ -98,6 +98,30 @@ def test_prefix_keys_of_one_prompt_differ_by_lora_adapter() -> None:
         for lora in [(), (("a", 1.0),), (("b", 1.0),), (("a", 0.5),)]
     }
     assert len(set(keys.values())) == 4 and all(keys.values())
+
+
+def _image(digest: str) -> ImageInput:
+    return ImageInput(data=b"", digest=digest, width=1, height=1, format="PNG")
+
+
+def _look(*parts: str | ImageInput) -> GenerateRequest:
+    texts = "".join(p for p in parts if isinstance(p, str))
+    messages = [ChatMessage(role="user", content=texts, parts=parts)]
+    return GenerateRequest(request_id="r", sampling=SamplingParams(), messages=messages)
+
+
+def test_prefix_keys_cover_the_images_by_digest() -> None:
+    """The same image (by digest) makes the same keys, so it goes where the engine cached it, even
+    with a short question after it; another image, or the same one elsewhere, does not."""
+    red, blue = _image("a" * 64), _image("b" * 64)
+    one = prefix_keys(prompt_text(_look(red, "What is this?")), 256, 64)
+    again = prefix_keys(prompt_text(_look(red, "And the colour?")), 256, 64)
+    other = prefix_keys(prompt_text(_look(blue, "What is this?")), 256, 64)
+    later = prefix_keys(prompt_text(_look("What is this?", red)), 256, 64)
+    assert one and one[:3] == again[:3]  # a whole ~1 KB of the image before the text differs
+    assert not set(one) & set(other) and one[0] != later[0]
+    plain = GenerateRequest(request_id="r", sampling=SamplingParams(), messages=[ChatMessage("user", "hi")])
+    assert prompt_text(_look("hi")) == prompt_text(plain)  # text parts render as the content does
 
 
 def test_prefix_table_prefers_the_longest_known_prefix_on_a_live_replica() -> None:

@@ -6,6 +6,11 @@ Token-free and cheap: the prompt's text (a chat's messages, role-tagged, in orde
 blocks of `block_chars` characters and hashed as a chain, so block i's key stands for the whole
 text up to the end of block i. A request's longest known chain key names its preferred replica.
 The map is an LRU bounded by `MAX_KEYS`; a few hundred bytes per prompt at most.
+
+An image stands in the text as its digest (sha256 of its bytes, the key the engines' prompt caches
+use too), repeated to the weight of a long text: an image is hundreds of prompt tokens in an
+engine's cache, and the prefix that ends with it must make a whole block of its own, so the next
+request with the same image goes to the replica that holds it even when little text follows.
 """
 
 from __future__ import annotations
@@ -13,13 +18,24 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
-from raygate.protocol.generation import GenerateRequest
+from raygate.protocol.generation import ChatMessage, GenerateRequest
 
 MAX_KEYS = 65_536
 # Replicas remembered per prefix (the latest ones): a model rarely has more.
 MAX_OWNERS = 16
 # Separators that cannot occur in role names, so ("ab","c") and ("a","bc") never render alike.
 _ROLE_END, _TURN_END = "\x1e", "\x1f"
+# An image: `_IMAGE` + digest, this many times (~1 KB: a whole block at up to 1,040 `block_chars`).
+_IMAGE, IMAGE_REPEATS = "\x1d", 16
+
+
+def _content(message: ChatMessage) -> str:
+    """A turn's text with each image where the client put it, as its repeated digest."""
+    if not message.parts:
+        return message.content
+    return "".join(
+        part if isinstance(part, str) else (_IMAGE + part.digest) * IMAGE_REPEATS for part in message.parts
+    )
 
 
 def prompt_text(request: GenerateRequest) -> str:
@@ -28,7 +44,7 @@ def prompt_text(request: GenerateRequest) -> str:
     only (docs/lora.md), so the same prompt under another adapter is another prefix."""
     lora = "".join(f"{name}{_ROLE_END}{scale}{_TURN_END}" for name, scale in request.lora)
     if request.messages is not None:
-        return lora + "".join(f"{m.role}{_ROLE_END}{m.content}{_TURN_END}" for m in request.messages)
+        return lora + "".join(f"{m.role}{_ROLE_END}{_content(m)}{_TURN_END}" for m in request.messages)
     if isinstance(request.prompt, list):
         return lora + " ".join(map(str, request.prompt))
     return lora + (request.prompt or "")

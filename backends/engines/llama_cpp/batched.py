@@ -77,6 +77,7 @@ from raygate.backends.engines.llama_cpp.prompt_store import (
     pick_slot,
 )
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
+from raygate.backends.engines.llama_cpp.vision import Projector, span_floor
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.errors import BadRequestError
@@ -105,14 +106,23 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     shared batches (module docstring). Generation only."""
 
     def __init__(
-        self, model_path: str, *, engine_kwargs: dict[str, Any], reasoning: ReasoningConfig | None = None
+        self,
+        model_path: str,
+        *,
+        engine_kwargs: dict[str, Any],
+        reasoning: ReasoningConfig | None = None,
+        projector: str | None = None,
+        name: str = "this model",
     ) -> None:
+        """`projector`: a vision model's mmproj GGUF (`vision.py`); `name`: the model's, for errors."""
         super().__init__()
         self._reasoning = reasoning
+        self._projector_path = projector
+        self._name = name
         kwargs, cache = llama_kwargs(engine_kwargs, generation=True)
         self._prompt_cache = cache.enabled
         self._store = PromptStore(cache.ram_bytes)
-        self._n_seq = int(kwargs.pop("n_seq_max"))
+        self._n_seq = int(kwargs.pop("n_seq_max", 1))
         self._seq_ctx = int(kwargs.pop("n_ctx"))
         self._n_batch = int(kwargs.pop("n_batch", 512))
         self._model_path = model_path
@@ -147,6 +157,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         params.n_batch = params.n_ubatch = self._n_batch
         params.kv_unified = False  # each sequence its own n_ctx cells: none can starve another
         self._ctx = _internals.LlamaContext(model=model.llm._model, params=params, verbose=False)
+        model.name = self._name
+        if self._projector_path is not None:
+            model.projector = await asyncio.to_thread(
+                Projector.load, self._projector_path, model.llm._model.model, int(self._kwargs["n_threads"])
+            )
         self._model = model
         threading.Thread(target=self._schedule, name="llama-batch", daemon=True).start()
 
@@ -169,6 +184,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 top = request.sampling.prompt_logprobs
                 seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
                 seq.lora = self._lora.key(request.lora)
+                seq.images = job.images
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
@@ -214,6 +230,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                     self._finish(seq, "abort")
                     del running[slot]
             self._free_retired(running)
+            for slot, seq in list(running.items()):
+                if seq.images and not self._feed_images(slot, seq, cached):
+                    del running[slot]
             if not running:
                 continue
             groups: dict[LoraKey, dict[int, RunningSequence]] = {}
@@ -265,6 +284,26 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         else:
             seq.next_token = token
         return ended
+
+    def _feed_images(self, slot: int, seq: RunningSequence, cached: list[list[int]]) -> bool:
+        """Evaluate the image spans the sequence's prompt has reached (`vision.py`), each on a
+        decode of its own, under the sequence's adapters. Returns False if one failed, which ends
+        this sequence only (its slot's cells are dropped: a half-decoded image is no prefix)."""
+        projector = loaded(self._model).projector
+        while (span := seq.image_at_fed()) is not None:
+            try:
+                assert projector is not None and len(cached[slot]) == seq.fed
+                self._lora.apply(self._ctx.ctx, seq.lora)
+                with self._stats.forward(span.n_tokens):
+                    projector.evaluate(self._ctx.ctx, span, seq.fed, slot, self._n_batch)
+            except Exception as exc:
+                cached[slot] = []
+                self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+                self._fail(seq, exc)
+                return False
+            cached[slot].extend(seq.prompt[span.start : span.end])
+            seq.fed = span.end
+        return True
 
     def _score_prompt(self, seq: RunningSequence, first_row: int, start: int, n: int) -> bool:
         """Score a prompt chunk just decoded (rows `first_row ..`). Returns False if it failed,
@@ -320,7 +359,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             # two) is evaluated again for its logits; never below 0: a prompt shorter than the
             # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
             last = len(seq.prompt) - (0 if drawn else self._reevaluated)
-            keep = max(0, min(shared, last))
+            keep = span_floor(seq.images, max(0, min(shared, last)))
             self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
             del cached[slot][keep:]
             used[slot] = next(self._clock)

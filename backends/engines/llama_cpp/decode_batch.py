@@ -15,6 +15,7 @@ from typing import Any
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp.lora import LoraKey
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
+from raygate.backends.engines.llama_cpp.vision import ImageSpan, next_span
 from raygate.backends.streams import ThreadFeed
 from raygate.protocol.generation import Delta, TokenLogprob
 
@@ -35,6 +36,14 @@ class RunningSequence:
     next_token: int | None = None  # sampled, not yet fed back
     first: bool = True  # nothing sampled yet: the next logits row is the prompt's last position
     lora: LoraKey = ()  # the LoRA adapter set it decodes under (lora.py); () the base model
+    # Its prompt's images (vision.py): the pseudo ids of `prompt` at these spans are evaluated by
+    # the projector, not fed as tokens.
+    images: tuple[ImageSpan, ...] = ()
+
+    def image_at_fed(self) -> ImageSpan | None:
+        """The image span the prompt has reached, if its next position begins one."""
+        span = next_span(self.images, self.fed) if self.images else None
+        return span if span is not None and span.start == self.fed else None
 
     @property
     def cancel(self) -> threading.Event:
@@ -52,6 +61,8 @@ def fill(
     pass over all the weights. In admission order, which slot reuse soon scrambles, the eight
     next tokens of a full batch took several passes: 40-70 % more compute per decode,
     measured. A prompt's first token then rides in the decode's micro-batch.
+    A prompt's text stops at its next image span (`RunningSequence.images`), which the
+    scheduler evaluates through the projector before the next fill.
     Returns (slot, batch index) of each token whose logits are sampled, and
     (slot, first batch index, first prompt position, count) of each prompt chunk whose
     tokens are scored (prompt logprobs)."""
@@ -83,6 +94,9 @@ def fill(
             seq.next_token = None
             continue
         take = min(len(seq.prompt) - seq.fed, room)
+        image = next_span(seq.images, seq.fed) if seq.images else None
+        if image is not None:  # text up to the image; the scheduler evaluates the image itself
+            take = min(take, image.start - seq.fed)
         if take <= 0:
             continue
         room -= take

@@ -64,8 +64,10 @@ class LlamaCppEngine(LlamaModelEngine):
         engine_kwargs: dict[str, Any],
         rank: bool = False,
         reasoning: ReasoningConfig | None = None,
+        name: str = "this model",
     ) -> None:
         super().__init__()
+        self._name = name
         self._reasoning = reasoning
         self._model_path = model_path
         self._embedding = embedding or rank
@@ -109,6 +111,7 @@ class LlamaCppEngine(LlamaModelEngine):
             self._reevaluated = await loop.run_in_executor(
                 self._executor, prefix_reuse.reevaluated_tokens, model.llm
             )
+        model.name = self._name
         self._model = model
 
     @property

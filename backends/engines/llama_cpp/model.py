@@ -17,13 +17,16 @@ from typing import Any
 from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
 from raygate.backends.engines.cpu_cores import usable_cores
+from raygate.backends.engines.images import has_images, place_images
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
+from raygate.backends.engines.llama_cpp import vision as vision_lib
 from raygate.backends.engines.llama_cpp.options import check_llama_options
 from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,
     GenerateRequest,
+    ImageInput,
     TokenizeRequest,
     TokenizeResult,
     ToolsSpec,
@@ -118,12 +121,14 @@ def kv_cache_type(key: str, value: Any) -> int:
 @dataclass(slots=True)
 class Prepared:
     """A generation request ready for decoding: its prompt ids, its completion budget, its
-    sampler (which the decoder closes when the sequence ends), and a reasoning model's thinking."""
+    sampler (which the decoder closes when the sequence ends), a reasoning model's thinking, and
+    the prompt's images (`vision.py`: their pseudo ids are in `prompt`)."""
 
     prompt: list[int]
     budget: int
     sampler: sampling_lib.TokenSampler
     thinking: reasoning.ThinkingPlan | None = None
+    images: tuple[vision_lib.ImageSpan, ...] = ()
 
 
 class LlamaModel:
@@ -134,6 +139,10 @@ class LlamaModel:
         self.llm = llm
         self._formatter = formatter
         self.reasoning = thinks
+        # A vision model's mtmd context (`vision.Projector`), set by the batched engine; the
+        # model's name, for the 400 that refuses images to a text-only one.
+        self.projector: vision_lib.Projector | None = None
+        self.name = "this model"
 
     @classmethod
     def load(
@@ -219,13 +228,23 @@ class LlamaModel:
         """The prompt's tokens, and for a chat with a reasoning model, its thinking: where the
         prompt leaves it (thinking switched off is closed here when the template cannot), the
         budget, and the end marker's tokens."""
-        if request.messages is not None:
-            text, special = self.render_chat_text(
-                request.messages, request.tools, template_kwargs=request.chat_template_kwargs()
-            )
-            thinks = self.reasoning
-            if thinks is None:
-                return self.tokenize_prompt(text, special), None
+        tokens, plan, _ = self.prompt_parts(request)
+        return tokens, plan
+
+    def prompt_parts(
+        self, request: GenerateRequest
+    ) -> tuple[list[int], reasoning.ThinkingPlan | None, tuple[vision_lib.ImageSpan, ...]]:
+        """`prompt_and_thinking`, and the prompt's image spans (`vision.py`; their pseudo ids are
+        among the tokens). Blocking: images are decoded and resized here."""
+        if request.messages is None:
+            return self._plain_prompt(request), None, ()
+        messages, images = self._place_images(request.messages)
+        text, special = self.render_chat_text(
+            messages, request.tools, template_kwargs=request.chat_template_kwargs()
+        )
+        thinks = self.reasoning
+        plan = None
+        if thinks is not None:
             if request.thinking is False:
                 text += reasoning.closing_text(text)
             end = list(self.llm.tokenize(reasoning.END.encode(), add_bos=False, special=True))
@@ -236,8 +255,28 @@ class LlamaModel:
                 end,
                 request.include_reasoning,
             )
-            return self.tokenize_prompt(text, special), plan
-        return self._plain_prompt(request), None
+        if not images:
+            return self.tokenize_prompt(text, special), plan, ()
+        assert self.projector is not None  # `_place_images` refused images otherwise
+        tokens, spans = self.projector.tokenize(text, not special, images)
+        if spans and spans[-1].end == len(tokens):
+            # Never from a chat template with a generation prompt; the decoder samples after text.
+            raise BadRequestError("The prompt must not end with an image.", param="messages")
+        return tokens, plan, spans
+
+    def _place_images(self, messages: list[ChatMessage]) -> tuple[list[ChatMessage], list[ImageInput]]:
+        """The turns with their images replaced by the projector's media marker (where mtmd puts
+        each image's tokens), and the images in prompt order. A text-only model refuses images
+        with the 400 the gateway gives first (defence in depth: a request that reached the
+        replica another way)."""
+        if not has_images(messages):
+            return messages, []
+        if self.projector is None:
+            raise BadRequestError(
+                f"Model `{self.name}` does not accept images: it has no `vision:` block with a projector.",
+                param="messages",
+            )
+        return place_images(messages, self.projector.marker)
 
     def _plain_prompt(self, request: GenerateRequest) -> list[int]:
         if isinstance(request.prompt, list):
@@ -285,14 +324,22 @@ class LlamaModel:
         return await asyncio.to_thread(self._prepare, request, context_length)
 
     def _prepare(self, request: GenerateRequest, context_length: int) -> Prepared:
-        tokens, thinking = self.prompt_and_thinking(request)
-        tokens = truncate_prompt(tokens, request.sampling.truncate_prompt_tokens, context_length)
+        tokens, thinking, images = self.prompt_parts(request)
+        kept = truncate_prompt(tokens, request.sampling.truncate_prompt_tokens, context_length)
+        if images:
+            images, kept = vision_lib.truncated(images, tokens, len(kept))
+            if request.sampling.prompt_logprobs is not None:
+                raise UnsupportedParameterError(
+                    "No prompt logprobs for a prompt with images.", param="messages"
+                )
+        tokens = kept
         budget = completion_budget(request, len(tokens), context_length)
         seed = request.sampling.seed if request.sampling.seed is not None else random.getrandbits(32)
+        history = vision_lib.text_tokens(tokens) if images else tokens
         sampler = sampling_lib.build_sampler(
-            self.llm, request.sampling, request.tools, seed, tokens, context_length
+            self.llm, request.sampling, request.tools, seed, history, context_length
         )
-        return Prepared(tokens, budget, sampler, thinking)
+        return Prepared(tokens, budget, sampler, thinking, images)
 
     # -- tokenizer endpoints ------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from raygate.backends.engines.base import (
     loaded,
     truncate_prompt,
 )
+from raygate.backends.engines.images import has_images
 from raygate.backends.engines.reasoning import END, START, ReasoningFormat, closing_text
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
@@ -50,6 +51,7 @@ from raygate.backends.engines.vllm.translate import (
     embed_ids,
     error_param,
     generate_params,
+    image_data,
     pair_inputs,
     prompt_ids,
     vllm_thinking_budget,
@@ -93,8 +95,13 @@ class VllmEngine(Engine):
         rank: bool = False,
         reasoning: ReasoningConfig | None = None,
         lora: bool = False,
+        vision: bool = False,
+        name: str = "this model",
     ) -> None:
+        """`vision`: the model reads images (its `vision:` block); `name`: the model's, for errors."""
         super().__init__(VllmEngineStats())
+        self._vision = vision
+        self._name = name
         self._reasoning = reasoning
         self._thinks: ReasoningFormat | None = None  # resolved against the chat template at start
         self._start_ids: list[int] = []  # `<think>` as tokens: where vLLM counts the budget from
@@ -257,6 +264,11 @@ class VllmEngine(Engine):
         if request.suffix is not None:
             # vLLM's own server refuses it too: fill-in-the-middle needs the model's FIM tokens.
             raise UnsupportedParameterError("`suffix` is not supported by the vllm backend.", param="suffix")
+        images = has_images(request.messages)
+        if images and not self._vision:  # the gateway refuses it first
+            raise BadRequestError(
+                f"Model `{self._name}` does not accept images: it has no `vision:` block.", param="messages"
+            )
         # Runs in a thread: tokenisers and Jinja templates are CPU work.
         ids, thinking = await asyncio.to_thread(
             prompt_ids, self._tokenizer, request, self._vocab, self._thinks
@@ -270,7 +282,13 @@ class VllmEngine(Engine):
 
         rid = request.request_id
         with self._running(rid) as run:
-            stream = llm.generate({"prompt_token_ids": ids}, params, rid, lora_request=adapter)
+            # With images the prompt holds the model's image token where each goes; vLLM's
+            # processor expands it into the image's tokens (usage counts them: `relay.read`).
+            prompt = {
+                "prompt_token_ids": ids,
+                **(await asyncio.to_thread(image_data, request) if images else {}),
+            }
+            stream = llm.generate(prompt, params, rid, lora_request=adapter)
             try:
                 async with self._adapters.using(llm, adapter), contextlib.aclosing(stream):
                     # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.

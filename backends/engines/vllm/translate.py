@@ -12,11 +12,13 @@ on objects vLLM hands over.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget
 from raygate.backends.engines.deltas import DeltaBuilder
+from raygate.backends.engines.images import content_parts, decode_rgb, has_images, place_images
 from raygate.backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
 from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from raygate.protocol.generation import (
@@ -29,6 +31,10 @@ from raygate.protocol.generation import (
 )
 
 # ---- requests -> token ids (run in a thread: tokenisers and Jinja templates are CPU work) -------
+
+# Where an image goes in a turn's text until the template places the model's own image token (a
+# marker no client can guess: a user's text that spells one stays text).
+IMAGE_MARKER = f"<raygate-image-{secrets.token_hex(8)}>"
 
 
 def prompt_ids(
@@ -77,9 +83,13 @@ def chat_text(
 
     if not getattr(tokenizer, "chat_template", None):
         raise BadRequestError("This model has no chat template; use /v1/completions.", param="messages")
+    placed, images = place_images(messages, IMAGE_MARKER) if has_images(messages) else (messages, [])
+    turns: list[dict[str, Any]] = list(tool_calls.render_messages(placed, tools))
+    if images:  # OpenAI-style parts: the model's template writes its image placeholder
+        turns = [{**t, "content": content_parts(t["content"], IMAGE_MARKER)} for t in turns]
     try:
         text = tokenizer.apply_chat_template(
-            tool_calls.render_messages(messages, tools),
+            turns,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             **(template_kwargs or {}),
@@ -87,6 +97,17 @@ def chat_text(
     except (TemplateError, ValueError, TypeError) as exc:  # raise_exception(): bad turn order
         raise BadRequestError(f"Chat template rejected the messages: {exc}", param="messages") from None
     return str(text)
+
+
+def image_data(request: GenerateRequest) -> dict[str, Any]:
+    """vLLM's `multi_modal_data` (decoded images, in prompt order) and `multi_modal_uuids` (their
+    digests: vLLM's processor and prefix caches key an image by it) for a chat with images.
+    Blocking: decodes the images."""
+    images = [image for m in request.messages or () for image in m.images]
+    return {
+        "multi_modal_data": {"image": [decode_rgb(image) for image in images]},
+        "multi_modal_uuids": {"image": [image.digest for image in images]},
+    }
 
 
 def embed_ids(
