@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from functools import cache
+from typing import Any
 
 from raygate.protocol.generation import ImageInput
 from tests.support.gateway import REPO
@@ -44,3 +45,17 @@ def image(color: str, size: tuple[int, int] = (96, 96), fmt: str = "PNG") -> Ima
     return ImageInput(
         data=data, digest=hashlib.sha256(data).hexdigest(), width=size[0], height=size[1], format=fmt
     )
+
+
+def vlm_spec(**kw: Any) -> dict[str, Any]:
+    """A llama.cpp deployment of `tiny-vlm` with its projector, small enough to sit beside the
+    default models of the shared test gateway."""
+    paths = tiny_vlm()
+    spec: dict[str, Any] = {
+        "name": MODEL,
+        "source": {"path": paths["gguf"]},
+        "vision": {"projector": {"path": paths["mmproj"]}},
+        "num_cpus": 0.25,
+        "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
+    }
+    return {**spec, **kw}
