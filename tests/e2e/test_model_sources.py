@@ -6,6 +6,7 @@ through the real `huggingface_hub`, into a cache under the test's tmp folder."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import openai
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from raygate.protocol.generation import ImageInput
 from tests.support.admin import wait_deployment
 from tests.support.browser import launch_chromium
 from tests.support.gateway import RAYGATE, REPO, GatewayProcess, start_gateway
@@ -34,6 +36,7 @@ from tests.support.hub import (
     smollm2_gguf,
     split_gguf,
 )
+from tests.support.vision import image, tiny_vlm
 
 MINILM = REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"
 GGUF_REPO = "raygate-tests/smollm2-GGUF"  # two GGUFs: a glob picks one
@@ -47,6 +50,7 @@ HUGE_REPO = "raygate-tests/huge-GGUF"  # its listing says 10 PB
 VISION_REPO = "raygate-tests/vision-GGUF"  # a model and its projector (`mmproj`)
 TWO_PROJECTORS_REPO = "raygate-tests/two-projectors-GGUF"
 PROJECTOR = "mmproj-tiny-vlm-f16.gguf"
+VLM_FILE = "tiny-vlm-Q8_0.gguf"
 EMBED = {"task": "embed", "num_cpus": 0.25, "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}}
 CHAT = {"num_cpus": 0.25, "engine": {"n_ctx": 512, "n_threads": 1}}
 LOAD_TIMEOUT = 300
@@ -102,8 +106,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     (huge / MINILM.name).write_text(lfs_pointer(_oid(huge / MINILM.name), 10**16))
     hub.commits[HUGE_REPO] = commit_files(huge, {"README.md": b"the Hub says 10 PB\n"}, "huge")
     projector = projector_gguf(root / PROJECTOR)
+    vlm = tiny_vlm()  # a real model and its projector: the replica loads both
     hub.commits[VISION_REPO] = commit_files(
-        server.repo(VISION_REPO), {"tiny-vlm-Q4_1.gguf": smollm2, PROJECTOR: projector}
+        server.repo(VISION_REPO), {VLM_FILE: Path(vlm["gguf"]), PROJECTOR: Path(vlm["mmproj"])}
     )
     hub.commits[TWO_PROJECTORS_REPO] = commit_files(
         server.repo(TWO_PROJECTORS_REPO),
@@ -192,13 +197,25 @@ def test_a_source_that_picks_no_single_gguf_is_a_400(
     assert [d["name"] for d in after] == [d["name"] for d in before]  # the registry kept its models
 
 
+def image_prompt_tokens(url: str, model: str, picture: ImageInput | None) -> int:
+    """The prompt tokens of a one-token chat, with `picture` in it or not."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": "Describe the picture."}]
+    if picture is not None:
+        encoded = base64.b64encode(picture.data).decode()
+        content.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}})
+    body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": content}]}
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return int(r.json()["usage"]["prompt_tokens"])
+
+
 def test_a_vision_model_takes_its_repositorys_projector_pinned_and_verified(
     hub: Hub, gateway: GatewayProcess
 ) -> None:
     """`vision:` without a projector, from a Hub GGUF repository: the deploy picks the repository's
-    `mmproj` GGUF, pinned like the model, and the replica downloads and verifies both. (The
-    projector here is real GGUF bytes but no model's: the engine does not read it yet, #46.)"""
-    spec = {"name": "hub-vision", "source": {"hf": VISION_REPO, "file": "*Q4_1.gguf"}, "vision": {}, **CHAT}
+    `mmproj` GGUF, pinned like the model, and the replica downloads and verifies both, then loads
+    them: an image counts in the prompt."""
+    spec = {"name": "hub-vision", "source": {"hf": VISION_REPO, "file": "*Q8_0.gguf"}, "vision": {}, **CHAT}
     r = deploy(gateway.url, spec)
     assert r.status_code == 202, r.text
     commit = hub.commits[VISION_REPO]
@@ -208,17 +225,16 @@ def test_a_vision_model_takes_its_repositorys_projector_pinned_and_verified(
         status = wait_deployment(gateway.url, "hub-vision", settled, LOAD_TIMEOUT)
         assert status["state"] == "ready", status
         download = status["replicas"][0]["download"]
-        assert download["files"] == ["tiny-vlm-Q4_1.gguf", PROJECTOR] and download["done"]
-        projector_size = (hub.server.root / PROJECTOR).stat().st_size
-        assert (
-            download["bytes_done"]
-            == download["bytes_total"]
-            == smollm2_gguf().stat().st_size + projector_size
-        )
+        assert download["files"] == [VLM_FILE, PROJECTOR] and download["done"]
+        vlm = tiny_vlm()
+        sizes = Path(vlm["gguf"]).stat().st_size + Path(vlm["mmproj"]).stat().st_size
+        assert download["bytes_done"] == download["bytes_total"] == sizes
         fetched = (
             hub.home / "hub" / f"models--{VISION_REPO.replace('/', '--')}" / "snapshots" / commit / PROJECTOR
         )
-        assert fetched.read_bytes() == (hub.server.root / PROJECTOR).read_bytes()
+        assert fetched.read_bytes() == Path(tiny_vlm()["mmproj"]).read_bytes()
+        with_image = image_prompt_tokens(gateway.url, "hub-vision", image("red"))
+        assert with_image > image_prompt_tokens(gateway.url, "hub-vision", None)
     finally:
         undeploy(gateway.url, "hub-vision")
 
