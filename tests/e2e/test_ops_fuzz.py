@@ -41,6 +41,11 @@ AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 CHECKS = [status_code_conformance, response_schema_conformance]
 # The resources the stateful run creates and follows (the linked routes); the rest of the document
 # (deployments, adapters, Ollama's pull and delete) would deploy or remove the models other tests use.
+# One line a batch made from an upload runs (on the synthetic model: fast).
+BATCH_FILE = (
+    b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": '
+    b'{"model": "synth", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}}\n'
+)
 STATEFUL_PATHS = r"^/v1/(responses|files|batches)(/|$)|^/admin/keys(/|$)"
 
 
@@ -117,6 +122,7 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
     links = schema.raw_schema["paths"]["/v1/responses"]["post"]["responses"]["200"]["links"]
     assert {"GetResponse", "DeleteResponse"} <= set(links)
     seen: defaultdict[str, Counter[int]] = defaultdict(Counter)  # "METHOD path" -> statuses
+    uploads: list[str] = []
     base = schema.as_state_machine()
 
     with requests.Session() as session:
@@ -128,6 +134,10 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
                         case.body["model"] = "synth"  # otherwise nearly every body is a 404
                     if case.path == "/v1/responses":
                         case.body["store"] = True  # an unstored response is rightly a 404 later
+                    if case.path == "/v1/files" and case.method == "POST":
+                        uploads.append(case.id)
+                        if len(uploads) % 2:  # every other upload a real batch file: else all are 400s
+                            case.body.update(file=BATCH_FILE, purpose="batch")
 
             def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
                 return {"base_url": ops_gateway.url, "session": session, "headers": AUTH, "timeout": 60}
