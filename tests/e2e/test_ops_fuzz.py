@@ -159,7 +159,9 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
                 stateful_step_count=6,
                 deadline=None,
                 database=None,
-                derandomize=True,
+                # No replay nor shrinking: which rules may run depends on the server's answers (the
+                # ids in the bundles), so a replayed draw differs and Hypothesis calls it flaky.
+                phases=[Phase.generate],
                 suppress_health_check=list(HealthCheck),
             )
         )
