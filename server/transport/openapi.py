@@ -62,6 +62,7 @@ def install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
             document_errors(schema)
+            document_links(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -87,6 +88,76 @@ def document_errors(schema: dict[str, Any]) -> None:
                 )
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
+
+
+# OpenAPI links: an object a route creates, and the routes that take its `id` next (what a client
+# generated from the document, or schemathesis's stateful tests, follow). Source (path, method,
+# status) -> the link's name -> (target path, method, what of the answer goes where).
+LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, Any]]]] = {
+    ("/v1/responses", "post", "200"): {
+        "GetResponse": (
+            "/v1/responses/{response_id}",
+            "get",
+            {"parameters": {"response_id": "$response.body#/id"}},
+        ),
+        "ListInputItems": (
+            "/v1/responses/{response_id}/input_items",
+            "get",
+            {"parameters": {"response_id": "$response.body#/id"}},
+        ),
+        "ContinueResponse": (
+            "/v1/responses",
+            "post",
+            {"requestBody": {"previous_response_id": "$response.body#/id"}},
+        ),
+        "DeleteResponse": (
+            "/v1/responses/{response_id}",
+            "delete",
+            {"parameters": {"response_id": "$response.body#/id"}},
+        ),
+    },
+    ("/v1/files", "post", "200"): {
+        "GetFile": ("/v1/files/{file_id}", "get", {"parameters": {"file_id": "$response.body#/id"}}),
+        "GetFileContent": (
+            "/v1/files/{file_id}/content",
+            "get",
+            {"parameters": {"file_id": "$response.body#/id"}},
+        ),
+        "CreateBatch": ("/v1/batches", "post", {"requestBody": {"input_file_id": "$response.body#/id"}}),
+        "DeleteFile": ("/v1/files/{file_id}", "delete", {"parameters": {"file_id": "$response.body#/id"}}),
+    },
+    ("/v1/batches", "post", "200"): {
+        "GetBatch": ("/v1/batches/{batch_id}", "get", {"parameters": {"batch_id": "$response.body#/id"}}),
+        "CancelBatch": (
+            "/v1/batches/{batch_id}/cancel",
+            "post",
+            {"parameters": {"batch_id": "$response.body#/id"}},
+        ),
+    },
+    ("/admin/keys", "post", "201"): {
+        "GetKey": ("/admin/keys/{key_id}", "get", {"parameters": {"key_id": "$response.body#/id"}}),
+        "RotateKey": (
+            "/admin/keys/{key_id}/rotate",
+            "post",
+            {"parameters": {"key_id": "$response.body#/id"}},
+        ),
+        "RevokeKey": ("/admin/keys/{key_id}", "delete", {"parameters": {"key_id": "$response.body#/id"}}),
+    },
+}
+
+
+def document_links(schema: dict[str, Any]) -> None:
+    """LINKS as OpenAPI `links` on the creating routes' answers, by the targets' operationIds;
+    a route this gateway does not serve (e.g. `/admin/keys` without a ledger) links nothing."""
+    paths = schema.get("paths", {})
+    for (path, method, status), links in LINKS.items():
+        answer = paths.get(path, {}).get(method, {}).get("responses", {}).get(status)
+        if answer is None:
+            continue
+        for name, (target, target_method, how) in links.items():
+            operation = paths.get(target, {}).get(target_method)
+            if operation is not None:
+                answer.setdefault("links", {})[name] = {"operationId": operation["operationId"], **how}
 
 
 def answers(model: type[BaseModel], *, stream: bool = False) -> dict[int | str, dict[str, Any]]:

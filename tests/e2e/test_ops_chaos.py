@@ -3,8 +3,8 @@ breaks something in turn (a replica SIGKILLed, a node killed and brought back, t
 killed, a gateway restarted, a rolling update, a scale to zero and back, a reader that stops
 reading, a burst past the queue). What must hold (tests/support/chaos/report.py): every request
 ends with a complete answer or an error its client can see, 5xx only the documented ones inside a
-fault's window, every fault heals, the registry and stored responses intact, and no process's
-open files growing.
+fault's window, every fault heals, the registry, stored responses and batches intact, and no process's
+open files growing; every batch complete with each line once.
 
 `make test` runs RAYGATE_CHAOS_MINUTES=5 of it (the fault kinds more often than every two minutes,
 the commonest first: each waits for the last to heal, so a loaded machine gets through three or
@@ -15,6 +15,7 @@ and prints its tables (`make chaos` also writes them to build/chaos.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -28,7 +29,7 @@ from raygate.backends.engines.model_files import resolve_model_file
 from tests.support.admin import MINILM_PATH
 from tests.support.chaos.faults import FAULTS, Chaos, schedule
 from tests.support.chaos.report import Verdict
-from tests.support.chaos.traffic import Models, Traffic
+from tests.support.chaos.traffic import BATCH_FINAL, Models, Traffic, batch_problems
 from tests.support.chaos.watch import Watch
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import GatewayProcess
@@ -135,6 +136,23 @@ async def test_an_interval_of_faults_under_mixed_traffic(chaos: Chaos) -> None:
             gw = chaos.gateways[i % len(chaos.gateways)]
             r = await c.get(f"{gw.url}/v1/responses/{response_id}")
             assert r.status_code == 200 and r.json()["id"] == response_id, r.text
+        # Every batch a client created is final and consistent when looked at again afterwards: its
+        # counts as its client last saw them (when final then), each line once in its files.
+        assert chaos.traffic.batches, report
+        for i, (batch_id, seen) in enumerate(chaos.traffic.batches.items()):
+            url = chaos.gateways[i % len(chaos.gateways)].url
+            r = await c.get(f"{url}/v1/batches/{batch_id}")
+            assert r.status_code == 200, r.text
+            state = r.json()
+            assert state["status"] in BATCH_FINAL, state
+            if seen["status"] in BATCH_FINAL:
+                assert state["request_counts"] == seen["request_counts"], (seen, state)
+            r = await c.get(f"{url}/v1/files/{state['input_file_id']}/content")
+            assert r.status_code == 200, r.text
+            custom_ids = {json.loads(row)["custom_id"] for row in r.text.splitlines() if row.strip()}
+            if state["status"] == "completed":
+                problems, _ = await batch_problems(c, [url], state, custom_ids)
+                assert not problems, problems
     # No process leaks open files: growth after the warm-up stays within what a busy pool holds.
     for s in watch.series.values():
         if s.t[-1] - s.t[0] >= MINUTES * 30:  # lived through at least half the run

@@ -10,7 +10,7 @@ import pytest
 
 from raygate.server.app import build_app
 from raygate.server.settings import Settings, resolve_settings
-from raygate.server.transport.openapi import ERROR_STATUSES
+from raygate.server.transport.openapi import ERROR_STATUSES, LINKS
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +55,28 @@ def test_routes_that_write_their_own_response_document_its_body(
     operation = document["paths"][path][method]
     assert _ref(operation, "200").endswith(f"/{schema}")
     assert ("text/event-stream" in operation["responses"]["200"]["content"]) is streams
+
+
+def test_created_objects_link_to_the_routes_that_take_their_id(document: dict[str, Any]) -> None:
+    """OpenAPI links (what schemathesis's stateful fuzz follows): each names a real operation, and
+    every path parameter of the target is filled from the created object's `id`."""
+    operation_ids = {
+        op["operationId"]: (path, method)
+        for path, ops in document["paths"].items()
+        for method, op in ops.items()
+    }
+    linked = {}
+    for path, method, status in LINKS:
+        answer = document["paths"].get(path, {}).get(method, {}).get("responses", {}).get(status)
+        if answer is None:
+            continue  # a route this app does not serve
+        for name, link in answer["links"].items():
+            target_path, target_method = operation_ids[link["operationId"]]
+            linked[name] = (target_path, target_method)
+            for parameter in document["paths"][target_path][target_method].get("parameters", []):
+                if parameter["in"] == "path":
+                    assert link["parameters"][parameter["name"]] == "$response.body#/id", name
+    assert linked["GetResponse"] == ("/v1/responses/{response_id}", "get")
+    assert linked["DeleteFile"] == ("/v1/files/{file_id}", "delete")
+    assert linked["CancelBatch"] == ("/v1/batches/{batch_id}/cancel", "post")
+    assert linked["CreateBatch"] == ("/v1/batches", "post")

@@ -25,6 +25,7 @@ from tests.support.cluster import LocalCluster
 from tests.support.gateway import GatewayProcess, start_gateway
 
 HEAL_TIMEOUT_S = 600.0
+EMBED_APIS = ("embeddings", "rerank", "ollama embed")  # the APIs on the autoscaled embedding model
 
 
 @dataclass
@@ -146,10 +147,10 @@ class Chaos:
         return f"PUT n_ctx={engine['n_ctx']}: {r.status_code}"
 
     async def scale_to_zero_and_back(self) -> str:
-        """No embeddings (or reranks, on the same model) for a while, so the autoscaled embedding
+        """No embeddings (nor reranks, on the same model) for a while, so the autoscaled embedding
         model goes to zero replicas; then the clients send them again, and the first ones wait for
         a replica to start."""
-        self.traffic.paused.update(("embeddings", "rerank"))
+        self.traffic.paused.update(EMBED_APIS)
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -159,7 +160,7 @@ class Chaos:
             else:
                 return "did not reach zero replicas within 120 s"
         finally:
-            self.traffic.paused.difference_update(("embeddings", "rerank"))
+            self.traffic.paused.difference_update(EMBED_APIS)
         return "chaos-embed at 0 replicas, then requested again"
 
     async def reader_stops(self) -> str:

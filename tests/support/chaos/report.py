@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tests.support.chaos.faults import Window
-from tests.support.chaos.traffic import HUNG, OK, REFUSED, SILENT, Outcome
+from tests.support.chaos.traffic import HUNG, OK, OLLAMA_5XX, REFUSED, SILENT, Outcome
 from tests.support.chaos.watch import Series
 
 # After a fault has healed, requests that began this long after it may still see its errors (a
@@ -28,6 +28,7 @@ DOCUMENTED_5XX = {
     "service_unavailable",
     "overloaded_error",  # Anthropic's type for a 503 (its errors carry no code)
 }
+# Ollama's error body is only a message: its 5xx (OLLAMA_5XX) are judged by the fault windows.
 
 
 def in_window(outcome: Outcome, windows: list[Window], fault: str | None = None) -> bool:
@@ -57,7 +58,9 @@ class Verdict:
             elif o.kind == REFUSED and o.code == "connect":
                 if not in_window(o, self.windows, "gateway restarted"):
                     found.append(f"connection refused outside a gateway restart: {o.api} {o.detail}")
-            elif o.status >= 500 and o.code not in DOCUMENTED_5XX:
+            elif o.code is not None and o.code.startswith("batch-"):  # a valid batch must complete
+                found.append(f"batch ended {o.code[6:]}: {o.detail}")
+            elif o.status >= 500 and o.code not in DOCUMENTED_5XX and o.code != OLLAMA_5XX:
                 found.append(f"undocumented {o.status} {o.code}: {o.api} {o.detail}")
             elif o.status >= 500 and not in_window(o, self.windows):
                 found.append(f"{o.status} {o.code} outside a fault's window: {o.api} {o.detail}")

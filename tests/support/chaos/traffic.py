@@ -27,6 +27,11 @@ from typing import Any
 import httpx
 
 DEADLINE_S = 180.0  # a request still open after this counts as hung (each needs seconds)
+# A batch runs behind the interactive clients (its lines start only while none waits for the
+# model), so it is given longer: upload, create and poll to a final status within this.
+BATCH_DEADLINE_S = 600.0
+BATCH_LINES = 3
+BATCH_FINAL = ("completed", "failed", "expired", "cancelled")
 OK, REFUSED, SILENT, HUNG = "ok", "refused", "silent", "hung"
 
 
@@ -59,6 +64,7 @@ class Traffic:
     headers: dict[str, str] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     stored: list[str] = field(default_factory=list)  # Responses ids answered with store: true
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # batch id -> its final object
     paused: set[str] = field(default_factory=set)  # APIs no client sends now (scale-to-zero fault)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -75,7 +81,7 @@ class Traffic:
             started = time.monotonic()
             try:
                 kind, status, code, detail = await asyncio.wait_for(
-                    send(self, client, gateway, rng), DEADLINE_S
+                    send(self, client, gateway, rng), DEADLINES.get(api, DEADLINE_S)
                 )
             except TimeoutError:
                 kind, status, code, detail = HUNG, 0, None, "no end within the deadline"
@@ -258,6 +264,174 @@ async def xinference(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Ran
     return await _post_json(c, f"{url}/v1/chat/completions", body, lambda d: d["choices"][0]["finish_reason"])
 
 
+def _ollama_refusal(r: httpx.Response, body: Any) -> Result:
+    """Ollama's error body is `{"error": "<message>"}` and nothing else: no code to judge a 5xx by,
+    so the report judges those by the fault windows alone (`OLLAMA_5XX`)."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        code = OLLAMA_5XX if r.status_code >= 500 else "ollama"
+        return REFUSED, r.status_code, code, body["error"][:200]
+    return SILENT, r.status_code, None, f"error without Ollama's body: {r.text[:200]}"
+
+
+OLLAMA_5XX = "ollama-5xx"
+
+
+async def _ndjson(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Result:
+    """Ollama's stream: JSON lines, the last one `done: true`; a failure after the first line is a
+    line holding `error`, after which the stream ends."""
+    async with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return _ollama_refusal(r, json.loads(r.content))
+        async for raw in r.aiter_lines():
+            if not raw.strip():
+                continue
+            data = json.loads(raw)
+            if "error" in data:
+                return REFUSED, 200, "in-band", str(data["error"])[:200]
+            if data.get("done") is True:
+                return (OK, 200, None, "") if data.get("done_reason") else (SILENT, 200, None, raw[:200])
+        return SILENT, 200, None, "stream ended without its done line or an error line"
+
+
+async def _ollama_json(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], check: Callable[[Any], bool]
+) -> Result:
+    r = await client.post(url, json=body)
+    data = r.json()
+    if r.status_code != 200:
+        return _ollama_refusal(r, data)
+    return (OK, 200, None, "") if check(data) else (SILENT, 200, None, f"incomplete answer: {r.text[:200]}")
+
+
+async def ollama_chat(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    """`/api/chat` (streamed by default, as Ollama's clients do) or `/api/generate`."""
+    options = {"num_predict": rng.randint(4, 24)}
+    if rng.random() < 0.5:
+        messages = [{"role": "user", "content": f"Hi ({rng.random():.3f})"}]
+        body: dict[str, Any] = {"model": t.models.chat, "messages": messages, "options": options}
+        path, field_ = "/api/chat", "message"
+    else:
+        body = {"model": t.models.chat, "prompt": f"Once upon a time {rng.random():.3f}", "options": options}
+        path, field_ = "/api/generate", "response"
+    if rng.random() < 0.6:
+        return await _ndjson(c, f"{url}{path}", body)
+    return await _ollama_json(
+        c, f"{url}{path}", {**body, "stream": False}, lambda d: d["done"] is True and field_ in d
+    )
+
+
+async def ollama_embed(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    body = {"model": t.models.embed, "input": [f"chaos {rng.random():.4f}", "second"]}
+    return await _ollama_json(c, f"{url}/api/embed", body, lambda d: len(d["embeddings"]) == 2)
+
+
+async def batch(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) -> Result:
+    """Files + Batches: upload a small JSONL of chat lines, create the batch, poll it (through any
+    gateway, as a client that outlives one would) to a final status, then check it: every line's
+    `custom_id` exactly once across the output and error files, `request_counts` saying the same.
+    A line's error (in the error file) counts as a refusal, judged like a request's."""
+    tag = f"{rng.getrandbits(32):08x}"
+    lines = [
+        {
+            "custom_id": f"{tag}-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": t.models.chat,
+                "messages": [{"role": "user", "content": f"Count to {i}."}],
+                "max_tokens": rng.randint(4, 12),
+            },
+        }
+        for i in range(BATCH_LINES)
+    ]
+    jsonl = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    r = await c.post(f"{url}/v1/files", files={"file": ("chaos.jsonl", jsonl)}, data={"purpose": "batch"})
+    if r.status_code != 200:
+        return _refusal(r, r.json())
+    file_id = r.json()["id"]
+    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    r = await c.post(f"{url}/v1/batches", json=body)
+    if r.status_code != 200:
+        return _refusal(r, r.json())
+    batch_id = r.json()["id"]
+    t.batches[batch_id] = r.json()
+    while True:  # bounded by BATCH_DEADLINE_S; a poll the cluster refuses (a fault) is tried again
+        await asyncio.sleep(2)
+        try:
+            r = await c.get(f"{rng.choice(t.gateways)}/v1/batches/{batch_id}")
+        except httpx.TransportError:
+            continue
+        if r.status_code >= 500:
+            continue
+        if r.status_code != 200:
+            return _refusal(r, r.json())
+        state = r.json()
+        t.batches[batch_id] = state
+        if state["status"] in BATCH_FINAL:
+            break
+    if state["status"] != "completed":
+        return REFUSED, 0, f"batch-{state['status']}", json.dumps(state.get("errors"))[:200]
+    problems, worst = await batch_problems(c, t.gateways, state, {line["custom_id"] for line in lines})
+    if problems:
+        return SILENT, 200, None, f"batch {batch_id}: {problems}"[:300]
+    return worst
+
+
+async def _file_content(c: httpx.AsyncClient, gateways: list[str], file_id: str) -> httpx.Response:
+    """A file's content as a client would get it while gateways restart: a 5xx or a refused
+    connection is tried again through any gateway, for up to a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            r = await c.get(f"{random.choice(gateways)}/v1/files/{file_id}/content")
+            if r.status_code < 500 or time.monotonic() > deadline:
+                return r
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(2)
+
+
+async def batch_problems(
+    c: httpx.AsyncClient, gateways: list[str], state: dict[str, Any], custom_ids: set[str]
+) -> tuple[str, Result]:
+    """What is wrong with a completed batch (empty when nothing), and how its lines ended: ok, or
+    the first line's error as a refusal."""
+    rows: list[dict[str, Any]] = []
+    for key in ("output_file_id", "error_file_id"):
+        if state.get(key):
+            r = await _file_content(c, gateways, state[key])
+            if r.status_code != 200:
+                return f"{key} {state[key]} unreadable: {r.status_code} {r.text[:100]}", (SILENT, 0, None, "")
+            rows += [json.loads(row) for row in r.text.splitlines() if row.strip()]
+    seen = [row["custom_id"] for row in rows]
+    counts = state["request_counts"]
+    failed = [
+        row for row in rows if row.get("error") or (row.get("response") or {}).get("status_code") != 200
+    ]
+    if sorted(seen) != sorted(custom_ids):
+        return f"custom_ids {sorted(seen)} != the file's {sorted(custom_ids)}", (SILENT, 0, None, "")
+    if (counts["total"], counts["completed"] + counts["failed"], counts["failed"]) != (
+        len(custom_ids),
+        len(custom_ids),
+        len(failed),
+    ):
+        return f"request_counts {counts} for {len(custom_ids)} lines, {len(failed)} failed", (
+            SILENT,
+            0,
+            None,
+            "",
+        )
+    if not failed:
+        return "", (OK, 200, None, "")
+    first = failed[0]
+    response = first.get("response") or {}
+    error = (response.get("body") or {}).get("error") or first.get("error") or {}
+    code = error.get("code") or error.get("type") or "batch-line"
+    return "", (REFUSED, int(response.get("status_code") or 0), code, str(error.get("message"))[:200])
+
+
 REQUESTS: dict[str, Send] = {
     "chat+tools": chat_tools,
     "chat+schema/stream": chat_schema_stream,
@@ -267,4 +441,8 @@ REQUESTS: dict[str, Send] = {
     "responses": responses_chain,
     "messages": messages,
     "xinference": xinference,
+    "ollama chat/generate": ollama_chat,
+    "ollama embed": ollama_embed,
+    "batch": batch,
 }
+DEADLINES = {"batch": BATCH_DEADLINE_S}
