@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tests.support.chaos.faults import Window
-from tests.support.chaos.traffic import HUNG, OK, OLLAMA_5XX, REFUSED, SILENT, Outcome
+from tests.support.chaos.traffic import CLOSED, HUNG, OK, OLLAMA_5XX, REFUSED, SILENT, Outcome
 from tests.support.chaos.watch import Series
 
 # After a fault has healed, requests that began this long after it may still see its errors (a
@@ -55,9 +55,9 @@ class Verdict:
         for o in self.outcomes:
             if o.kind in (SILENT, HUNG):
                 found.append(f"{o.kind}: {o.api} via {o.gateway} ({o.status}) {o.detail}")
-            elif o.kind == REFUSED and o.code == "connect":
+            elif o.kind == REFUSED and o.code in ("connect", CLOSED):
                 if not in_window(o, self.windows, "gateway restarted"):
-                    found.append(f"connection refused outside a gateway restart: {o.api} {o.detail}")
+                    found.append(f"connection {o.code} outside a gateway restart: {o.api} {o.detail}")
             elif o.code is not None and o.code.startswith("batch-"):  # a valid batch must complete
                 found.append(f"batch ended {o.code[6:]}: {o.detail}")
             elif o.status >= 500 and o.code not in DOCUMENTED_5XX and o.code != OLLAMA_5XX:

@@ -8,7 +8,8 @@ request ends in one of four ways:
 - `ok`: a complete answer (a JSON body with the API's fields; a stream that reached the API's own
   end: `[DONE]`, `response.completed`, `message_stop`) and no error in it;
 - `refused`: an error the client can see: a status with the API's error body, an in-band error
-  frame followed by the stream's end, or a connection refused by a gateway that is down;
+  frame followed by the stream's end, a connection refused by a gateway that is down, or one it
+  closed before answering as it stopped (`closed`: a batch's upload or create, which is not retried);
 - `silent`: anything else: a stream cut without an error, a body that does not parse, a 200
   without the answer's fields (the losses the run must never see);
 - `hung`: no end within the deadline.
@@ -33,6 +34,7 @@ BATCH_DEADLINE_S = 600.0
 BATCH_LINES = 3
 BATCH_FINAL = ("completed", "failed", "expired", "cancelled")
 OK, REFUSED, SILENT, HUNG = "ok", "refused", "silent", "hung"
+CLOSED = "closed"  # a refusal's code: the connection closed before any answer (a gateway stopping)
 
 
 @dataclass(frozen=True)
@@ -346,12 +348,18 @@ async def batch(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) 
         for i in range(BATCH_LINES)
     ]
     jsonl = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    r = await c.post(f"{url}/v1/files", files={"file": ("chaos.jsonl", jsonl)}, data={"purpose": "batch"})
-    if r.status_code != 200:
-        return _refusal(r, r.json())
-    file_id = r.json()["id"]
-    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
-    r = await c.post(f"{url}/v1/batches", json=body)
+    try:
+        r = await c.post(f"{url}/v1/files", files={"file": ("chaos.jsonl", jsonl)}, data={"purpose": "batch"})
+        if r.status_code != 200:
+            return _refusal(r, r.json())
+        file_id = r.json()["id"]
+        body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        r = await c.post(f"{url}/v1/batches", json=body)
+    except httpx.TransportError as exc:
+        # No answer began: a keep-alive connection the stopping gateway closed as the request went
+        # out (HTTP/1.1's race; a POST is not retried by itself). The client sees the error, as it
+        # sees a refused connection: allowed only while a gateway restarts (report.py).
+        return REFUSED, 0, CLOSED, repr(exc)[:200]
     if r.status_code != 200:
         return _refusal(r, r.json())
     batch_id = r.json()["id"]
