@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -219,6 +221,24 @@ def test_every_api_and_client_reads_images(
             options={"num_predict": 4, "temperature": 0},
         )
     assert answer.prompt_eval_count is not None and answer.prompt_eval_count > 0
+    # curl, with the body on stdin (a data URL is too long for an argument on some systems).
+    body = {
+        "model": vlm,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": chat_content(RED)}],
+    }
+    done = subprocess.run(
+        [
+            *("curl", "-sS", "-f", f"{gateway.url}/v1/chat/completions"),
+            *("-H", "Content-Type: application/json", "--data-binary", "@-"),
+        ],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert json.loads(done.stdout)["usage"]["prompt_tokens"] == expected
 
 
 ERRORS: list[tuple[str, dict[str, Any], str]] = [
