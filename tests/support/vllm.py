@@ -43,6 +43,14 @@ def missing_setup() -> str | None:
 # The vLLM gateway runs its own controller (its own Ray namespace): gateways that share a namespace
 # share one registry, and this one must serve examples/vllm-cpu.yaml, not the default models.
 VLLM_NAMESPACE = "raygate-vllm"
+# A test model deployed on vLLM beside the default ones: offline, a small KV cache, one thread, no
+# core binding (2 cores shared with the rest of the suite).
+CPU_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def actor_names(namespace: str = VLLM_NAMESPACE) -> set[str]:

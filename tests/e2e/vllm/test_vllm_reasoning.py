@@ -24,13 +24,7 @@ from tests.support.suites.reasoning import (  # noqa: F401
     test_thinking_off,
     test_thinking_split_from_the_answer,
 )
-
-ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-}
+from tests.support.vllm import CPU_ENV
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +42,7 @@ def reasoner(vllm_setup: None, default_gateway: GatewayProcess) -> Iterator[str]
         source={"path": tiny_reasoner_hf()},
         num_cpus=1,
         engine={"max_model_len": 1024, "enforce_eager": True},
-        env=ENV,
+        env=CPU_ENV,
     )
     with deployed(default_gateway.url, spec, timeout=900) as name:
         yield name

@@ -12,7 +12,7 @@ import pytest
 from tests.support.admin import settled_ready, wait_deployment
 from tests.support.models import EMBED_MODEL
 from tests.support.rerank import LOGIT_TOLERANCE, reference_logits, tiny_reranker
-from tests.support.vllm import VllmDeployment
+from tests.support.vllm import CPU_ENV, VllmDeployment
 
 RERANKER = "tiny-reranker-vllm"
 QUERY = "What is the capital of France?"
@@ -21,12 +21,6 @@ DOCS = [
     "Paris is the capital and largest city of France.",
     "Bananas are a yellow tropical fruit.",
 ]
-CPU_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-}
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,7 @@ from tests.support.suites.vision import (  # noqa: F401
     test_images_count_in_prompt_tokens,
 )
 from tests.support.vision import tiny_vlm, vlm_spec
-
-ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-}
+from tests.support.vllm import CPU_ENV
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +42,7 @@ def vlm(vllm_setup: None, default_gateway: GatewayProcess) -> Iterator[str]:
         vision={"max_images": 8},
         num_cpus=1,
         engine={"max_model_len": 2048, "enforce_eager": True, "limit_mm_per_prompt": {"image": 8}},
-        env=ENV,
+        env=CPU_ENV,
     )
     with deployed(default_gateway.url, spec, timeout=900) as name:
         yield name
