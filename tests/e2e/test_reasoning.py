@@ -1,7 +1,7 @@
 """Reasoning models on the real llama.cpp engine and a real reasoning chat template: `tiny-reasoner`
 (tests/support/reasoning.py) deployed beside the default models. The chat tests both engines share
-are in tests/support/suites/reasoning.py; here are the rest (constraints after the thinking, the
-other APIs, the clients).
+(the split, budgets, constraints after the thinking) are in tests/support/suites/reasoning.py;
+here are the rest (the other APIs, the clients).
 
 Its template opens `<think>` in the prompt, so every answer begins in thinking whatever the model
 writes; the tests end the thinking with a budget (the engine forces `</think>`), and hold the
@@ -28,53 +28,16 @@ from tests.support.suites.reasoning import (  # noqa: F401
     QUESTION,
     ask,
     test_a_small_budget_leaves_room_for_an_answer,
+    test_ending_the_turn_while_thinking_gives_the_end_marker,
+    test_forced_tool_call_after_the_thinking,
     test_include_reasoning_false_hides_the_thinking,
+    test_json_schema_applies_after_the_thinking,
     test_no_end_marker_before_max_tokens_is_all_thinking,
     test_stream_carries_the_same_split,
     test_thinking_off,
     test_thinking_split_from_the_answer,
 )
 from tests.support.suites.responses import sse_events
-from tests.support.tools import TOOLS
-
-
-def test_json_schema_applies_after_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
-    schema = {
-        "type": "object",
-        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
-        "required": ["answer"],
-        "additionalProperties": False,
-    }
-    body = json.loads(
-        ask(
-            client,
-            max_tokens=40,
-            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
-            min_tokens=0,
-        ).text
-    )
-    choice = body["choices"][0]
-    assert json.loads(choice["message"]["content"]) in ({"answer": "yes"}, {"answer": "no"})
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 1
-
-
-def test_tool_call_after_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
-    body = json.loads(
-        ask(
-            client,
-            max_tokens=120,
-            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-            tools=TOOLS,
-            tool_choice="required",
-            min_tokens=0,
-        ).text
-    )
-    choice = body["choices"][0]
-    assert choice["finish_reason"] == "tool_calls"
-    call = choice["message"]["tool_calls"][0]
-    assert call["function"]["name"] in {t["function"]["name"] for t in TOOLS}
-    json.loads(call["function"]["arguments"])
-    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 1
 
 
 def test_a_model_without_a_reasoning_block_is_unchanged(

@@ -13,6 +13,7 @@ from typing import Any
 from tests.support.gateway import REPO
 
 MODEL = "tiny-reasoner"
+EOS = 2  # `<|im_end|>`, SmolLM2's end of turn (its tokenizer's EOS, and llama.cpp's)
 
 
 def _build(*args: str) -> list[str]:

@@ -49,11 +49,15 @@ from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
     chat_text,
     embed_ids,
+    end_of_generation,
     error_param,
     generate_params,
     image_data,
     pair_inputs,
     prompt_ids,
+    single_token_markers,
+    starts_thinking,
+    thinking_args,
     vllm_thinking_budget,
 )
 from raygate.protocol.config import ReasoningConfig
@@ -105,6 +109,10 @@ class VllmEngine(Engine):
         self._reasoning = reasoning
         self._thinks: ReasoningFormat | None = None  # resolved against the chat template at start
         self._start_ids: list[int] = []  # `<think>` as tokens: where vLLM counts the budget from
+        # `<think>` and `</think>` when each is one token: then a grammar waits for the end marker
+        # and an end of generation while thinking becomes it (else: thinking off under a grammar).
+        self._markers: tuple[int, int] | None = None
+        self._eos: list[int] = []  # the model's end-of-generation tokens
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
@@ -135,16 +143,14 @@ class VllmEngine(Engine):
     async def _build(self) -> Any:
         """Start an EngineCore (25-50 s on 2 CPU cores) off the event loop."""
         from vllm import AsyncEngineArgs
-        from vllm.config.reasoning import ReasoningConfig as VllmReasoningConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = dict(self._kwargs)
         if self._reasoning is not None and self._reasoning.parser != "none":
-            # vLLM's sampler enforces thinking budgets (`thinking_token_budget`) only with the
-            # markers named; no vLLM reasoning parser: the split is Raygate's (reasoning.py).
-            kwargs.setdefault(
-                "reasoning_config", VllmReasoningConfig(reasoning_start_str=START, reasoning_end_str=END)
-            )
+            # vLLM's sampler enforces thinking budgets, holds grammars until the end marker and
+            # (thinking_end.py) keeps a thinking model from ending its turn; no vLLM reasoning
+            # parser reaches the output: the split is Raygate's (reasoning.py).
+            kwargs = vllm_support.with_reasoning(kwargs, START, END)
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:  # an unknown key in the config's `engine:` block
@@ -155,6 +161,8 @@ class VllmEngine(Engine):
         self._tokenizer = llm.get_tokenizer()
         self._thinks = resolve_reasoning(self._reasoning, getattr(self._tokenizer, "chat_template", None))
         self._start_ids = list(self._tokenizer.encode(START, add_special_tokens=False))
+        self._markers = single_token_markers(self._tokenizer) if self._thinks is not None else None
+        self._eos = end_of_generation(self._tokenizer, llm.model_config.try_get_generation_config())
         self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
         self._vocab = int(llm.model_config.get_vocab_size())
@@ -270,12 +278,16 @@ class VllmEngine(Engine):
                 f"Model `{self._name}` does not accept images: it has no `vision:` block.", param="messages"
             )
         # Runs in a thread: tokenisers and Jinja templates are CPU work.
+        markers = self._markers
         ids, thinking = await asyncio.to_thread(
-            prompt_ids, self._tokenizer, request, self._vocab, self._thinks
+            prompt_ids, self._tokenizer, request, self._vocab, self._thinks, markers is not None
         )
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
         budget = vllm_thinking_budget(thinking, ids, self._start_ids)
-        params = generate_params(request, ids, self._context, self._vocab, budget)
+        extra = thinking_args(thinking, *markers, self._eos) if markers is not None else None
+        params = generate_params(request, ids, self._context, self._vocab, budget, extra)
+        # A grammar starts at once unless the output begins in thinking (then after `</think>`).
+        reasoning_ended = markers is None or not starts_thinking(thinking)
         adapter = self._adapters.request(request.lora)
         assert self._pieces is not None
         relay = DeltaRelay(ids, request, self._pieces, thinking)
@@ -288,7 +300,7 @@ class VllmEngine(Engine):
                 "prompt_token_ids": ids,
                 **(await asyncio.to_thread(image_data, request) if images else {}),
             }
-            stream = llm.generate(prompt, params, rid, lora_request=adapter)
+            stream = llm.generate(prompt, params, rid, lora_request=adapter, reasoning_ended=reasoning_ended)
             try:
                 async with self._adapters.using(llm, adapter), contextlib.aclosing(stream):
                     # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.

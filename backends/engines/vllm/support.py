@@ -20,6 +20,15 @@ from raygate.protocol.generation import SamplingParams, TokenLogprob, ToolsSpec,
 # lines and Prometheus registry would be extra work per step, so they are off unless asked for.
 DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"disable_log_stats": True}
 
+# A reasoning model's thinking on vLLM (docs/reasoning.md): the logits processor that turns an end
+# of generation drawn while thinking into the end marker (thinking_end.py, loaded by vLLM's
+# EngineCore by name), the `SamplingParams.extra_args` key a request opts in with, and the vLLM
+# reasoning parser its structured-output manager uses to start a grammar after `</think>` (whose
+# markers, one token each, are Raygate's: the split itself is reasoning.py's).
+THINKING_END_PROCESSOR = "raygate.backends.engines.vllm.thinking_end:ThinkingEndProcessor"
+THINKING_EXTRA_KEY = "raygate_thinking"
+GRAMMAR_REASONING_PARSER = "deepseek_r1"
+
 # Keys the replica sets itself, from other parts of the model config.
 RESERVED_ENGINE_KWARGS = frozenset({"model", "tokenizer", "runner"})
 
@@ -60,11 +69,64 @@ def engine_kwargs(
     return kwargs
 
 
+class ThinkingTrack:
+    """Where one request's output stands in its thinking, read by token id as it grows (thinking_end.py;
+    `tokens` is vLLM's live output list): `before` a `<think>` the model may open, `thinking`
+    until the end marker, then `answer`. `spec` is `translate.thinking_args`'s."""
+
+    __slots__ = ("end", "eos", "seen", "start", "state", "tokens")
+
+    def __init__(self, spec: dict[str, Any], tokens: list[int]) -> None:
+        self.start = int(spec["start"])
+        self.end = int(spec["end"])
+        self.eos = [int(t) for t in spec["eos"] if int(t) != self.end]
+        self.tokens = tokens
+        self.seen = 0
+        self.state = "thinking" if spec["open"] else "before"
+
+    def read(self) -> str:
+        """Reads the tokens since the last call; the state the next token is drawn in."""
+        tokens, n = self.tokens, len(self.tokens)
+        while self.seen < n and self.state != "answer":
+            token = tokens[self.seen]
+            if self.state == "before":
+                self.state = "thinking" if token == self.start else "answer"
+            elif token == self.end:
+                self.state = "answer"
+            self.seen += 1
+        return self.state
+
+
+def with_reasoning(kwargs: dict[str, Any], start: str, end: str) -> dict[str, Any]:
+    """`AsyncEngineArgs` keyword arguments for a reasoning model: the markers named for vLLM's
+    thinking budget (`reasoning_config`), a reasoning parser for its structured outputs (a
+    grammar waits for the end marker on a request that says its reasoning has not ended), and
+    the logits processor that keeps a thinking model from ending its turn (thinking_end.py).
+    What the config's `engine:` block sets itself is kept."""
+    from vllm.config.reasoning import ReasoningConfig as VllmReasoningConfig
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+
+    out = dict(kwargs)
+    out.setdefault("reasoning_config", VllmReasoningConfig(reasoning_start_str=start, reasoning_end_str=end))
+    outputs = out.get("structured_outputs_config")
+    if outputs is None:
+        out["structured_outputs_config"] = StructuredOutputsConfig(reasoning_parser=GRAMMAR_REASONING_PARSER)
+    elif isinstance(outputs, dict):
+        out["structured_outputs_config"] = StructuredOutputsConfig(
+            **{"reasoning_parser": GRAMMAR_REASONING_PARSER, **outputs}
+        )
+    processors = list(out.get("logits_processors") or [])
+    if THINKING_END_PROCESSOR not in processors:
+        out["logits_processors"] = [*processors, THINKING_END_PROCESSOR]
+    return out
+
+
 def to_vllm_sampling(
     sampling: SamplingParams,
     max_tokens: int,
     tools: ToolsSpec | None = None,
     thinking_budget: int | None = None,
+    extra_args: dict[str, Any] | None = None,
 ) -> Any:
     """The request's sampling parameters as vLLM's, with OpenAI's semantics.
 
@@ -84,6 +146,7 @@ def to_vllm_sampling(
       OpenAI and llama.cpp do.
     * `thinking_budget` is vLLM's own `thinking_token_budget`: after that many thinking tokens its
       sampler forces the end marker (the engine's `reasoning_config` names the markers).
+    * `extra_args`: per-request arguments of the engine's own logits processors (thinking_end.py).
     """
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -117,6 +180,7 @@ def to_vllm_sampling(
         output_kind=RequestOutputKind.DELTA,
         skip_special_tokens=sampling.skip_special_tokens,
         thinking_token_budget=thinking_budget,
+        extra_args=extra_args,
     )
 
 

@@ -19,7 +19,12 @@ from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget
 from raygate.backends.engines.deltas import DeltaBuilder
 from raygate.backends.engines.images import content_parts, decode_rgb, has_images, place_images
-from raygate.backends.engines.vllm.support import TokenPieces, to_vllm_sampling, token_logprobs
+from raygate.backends.engines.vllm.support import (
+    THINKING_EXTRA_KEY,
+    TokenPieces,
+    to_vllm_sampling,
+    token_logprobs,
+)
 from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from raygate.protocol.generation import (
     ChatMessage,
@@ -38,20 +43,26 @@ IMAGE_MARKER = f"<raygate-image-{secrets.token_hex(8)}>"
 
 
 def prompt_ids(
-    tokenizer: Any, request: GenerateRequest, vocab: int, thinks: reasoning.ReasoningFormat | None = None
+    tokenizer: Any,
+    request: GenerateRequest,
+    vocab: int,
+    thinks: reasoning.ReasoningFormat | None = None,
+    gated: bool = False,
 ) -> tuple[list[int], reasoning.ThinkingPlan | None]:
     """A generate request's prompt as token ids: chat turns through the template, token ids as
     sent (checked against the vocabulary), or text; and for a chat with a reasoning model
     (`thinks`), its thinking (as the llama.cpp engine's `LlamaModel.prompt_and_thinking`).
 
-    An output constraint (json_schema, a forced tool call) would constrain the thinking too on
-    vLLM: such a request is answered with thinking off. The budget is enforced by vLLM itself
-    (`vllm_thinking_budget`)."""
+    `gated`: vLLM can hold an output constraint (json_schema, a tool-call grammar) until the end
+    marker (the engine's `reasoning_parser`, `reasoning_ended`); without that (markers that are not
+    single tokens) a request with a constraint that would bind the thinking too is answered with
+    thinking off. The budget is enforced by vLLM itself (`vllm_thinking_budget`)."""
     if request.messages is not None:
         text = chat_text(tokenizer, request.messages, request.tools, True, request.chat_template_kwargs())
         if thinks is None:
             return list(tokenizer.encode(text, add_special_tokens=False)), None
-        if request.thinking is False or request.sampling.constrained or tool_calls.forced(request.tools):
+        constrained = request.sampling.constrained or tool_calls.forced(request.tools)
+        if request.thinking is False or (constrained and not gated):
             text += reasoning.closing_text(text)
         end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
         plan = reasoning.ThinkingPlan(
@@ -66,6 +77,27 @@ def prompt_ids(
         check_token_ids(request.prompt, vocab, "prompt")
         return list(request.prompt), None
     return list(tokenizer.encode(request.prompt or "", add_special_tokens=True)), None
+
+
+def starts_thinking(plan: reasoning.ThinkingPlan | None) -> bool:
+    """Whether the output begins inside the thinking: the prompt opened it, or the parser reads
+    output without a `<think>` as thinking (`deepseek_r1`). A `qwen3` output that may still open
+    `<think>` (`before`) is answer as far as a constraint goes: its grammar applies from the first
+    token, as on the llama.cpp engine."""
+    if plan is None or plan.prompt == "closed":
+        return False
+    return plan.prompt == "open" or plan.parser == "deepseek_r1"
+
+
+def thinking_args(
+    plan: reasoning.ThinkingPlan | None, start: int, end: int, eos: list[int]
+) -> dict[str, Any] | None:
+    """`SamplingParams.extra_args` for thinking_end.py's logits processor: an end of generation
+    drawn while thinking becomes the end marker `end` (one token). None when nothing may think."""
+    if plan is None or plan.prompt == "closed":
+        return None
+    spec = {"start": start, "end": end, "eos": eos, "open": starts_thinking(plan)}
+    return {THINKING_EXTRA_KEY: spec}
 
 
 def chat_text(
@@ -155,16 +187,36 @@ def generate_params(
     context: int,
     vocab: int,
     thinking_budget: int | None = None,
+    extra_args: dict[str, Any] | None = None,
 ) -> Any:
     """vLLM's `SamplingParams` for `request` over the (truncated) prompt `ids`, after the checks
     that need the model: token ids within the vocabulary, a non-empty prompt, a budget that fits.
-    `thinking_budget`: vLLM's `thinking_token_budget` (`vllm_thinking_budget`)."""
+    `thinking_budget`: vLLM's `thinking_token_budget` (`vllm_thinking_budget`); `extra_args`: the
+    logits processors' (`thinking_args`)."""
     check_token_ids(request.sampling.stop_token_ids, vocab, "stop_token_ids")
     check_token_ids(request.sampling.allowed_token_ids or [], vocab, "allowed_token_ids")
     if not ids:
         raise BadRequestError("The prompt is empty.", param=request.prompt_param)
     budget = completion_budget(request, len(ids), context)
-    return to_vllm_sampling(request.sampling, budget, request.tools, thinking_budget)
+    return to_vllm_sampling(request.sampling, budget, request.tools, thinking_budget, extra_args)
+
+
+def single_token_markers(tokenizer: Any) -> tuple[int, int] | None:
+    """`<think>` and `</think>` as one token each, or None. vLLM's structured-output manager and
+    thinking_end.py's processor see the thinking end by the marker's token id, so both need it
+    whole (reasoning models' tokenizers have them as added tokens)."""
+    start = list(tokenizer.encode(reasoning.START, add_special_tokens=False))
+    end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
+    return (start[0], end[0]) if len(start) == 1 and len(end) == 1 else None
+
+
+def end_of_generation(tokenizer: Any, generation_config: dict[str, Any]) -> list[int]:
+    """The tokens that end the model's turn: the tokenizer's EOS and the generation config's
+    `eos_token_id` (one id or a list), as vLLM stops on them."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    more = generation_config.get("eos_token_id")
+    ids.update([more] if isinstance(more, int) else list(more or []))
+    return sorted(int(i) for i in ids)
 
 
 def vllm_thinking_budget(

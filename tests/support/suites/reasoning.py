@@ -19,11 +19,19 @@ import openai
 import pytest
 
 from tests.support.openapi import validate
-from tests.support.reasoning import MODEL
+from tests.support.reasoning import EOS, MODEL
+from tests.support.tools import TOOLS
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 # Thinking for 4 tokens, then the forced end marker, then at least 3 answer tokens.
 BUDGET = {"thinking_token_budget": 4, "min_tokens": 8}
+YES_NO = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": YES_NO}}
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, Any]] = QUESTION, **fields: Any) -> Any:
@@ -111,3 +119,55 @@ def test_include_reasoning_false_hides_the_thinking(client: openai.OpenAI, reaso
     message = body["choices"][0]["message"]
     assert "reasoning_content" not in message and message["content"]
     assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 5
+
+
+# -- constraints apply to the answer: the grammar starts after the end marker ---------------------
+
+
+def test_json_schema_applies_after_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
+    body = json.loads(ask(client, max_tokens=40, response_format=JSON_FORMAT, min_tokens=0).text)
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"], "the thinking stayed on under the grammar"
+    assert json.loads(message["content"]) in ({"answer": "yes"}, {"answer": "no"})
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 5
+
+
+def test_forced_tool_call_after_the_thinking(client: openai.OpenAI, reasoner: str) -> None:
+    body = json.loads(
+        ask(
+            client,
+            max_tokens=120,
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=TOOLS,
+            tool_choice="required",
+            min_tokens=0,
+        ).text
+    )
+    choice = body["choices"][0]
+    assert choice["message"]["reasoning_content"], "the thinking stayed on under the grammar"
+    assert choice["finish_reason"] == "tool_calls"
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"]["name"] in {t["function"]["name"] for t in TOOLS}
+    json.loads(call["function"]["arguments"])
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 5
+
+
+def test_ending_the_turn_while_thinking_gives_the_end_marker(client: openai.OpenAI, reasoner: str) -> None:
+    """The end of the turn pushed to the top (`logit_bias`) while the model thinks: the engine
+    writes `</think>` instead, so the answer still comes, and here the grammar's answer."""
+    body = json.loads(
+        ask(
+            client,
+            max_tokens=40,
+            response_format=JSON_FORMAT,
+            logit_bias={str(EOS): 100},
+            thinking_token_budget=None,
+            min_tokens=0,
+        ).text
+    )
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert json.loads(choice["message"]["content"]) in ({"answer": "yes"}, {"answer": "no"})
+    # The end marker the engine wrote in place of the end of the turn (and no thinking before it).
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 1
+    assert not choice["message"].get("reasoning_content")
