@@ -28,9 +28,15 @@ class DeltaBuilder:
         self.cached_tokens: int | None = None
 
     def delta(
-        self, text: str, finish: FinishReason | None = None, stop_sequence: str | None = None
+        self,
+        text: str,
+        finish: FinishReason | None = None,
+        stop_sequence: str | None = None,
+        reasoning_tokens: int | None = None,
     ) -> Delta | None:
-        """`stop_sequence`: the stop string that ended the sequence, with `finish` `stop`."""
+        """`stop_sequence`: the stop string that ended the sequence, with `finish` `stop`.
+        `reasoning_tokens`: the thinking tokens so far when the engine counts them by token id
+        (vLLM, whose one output may hold the end marker and answer tokens together)."""
         calls: list[ToolCallDelta] = []
         reasoning = ""
         if self.splitter is not None:
@@ -45,6 +51,8 @@ class DeltaBuilder:
             ):
                 self.reasoning_tokens += self.n_out - self._counted
             self._counted = self.n_out
+            if reasoning_tokens is not None:
+                self.reasoning_tokens = reasoning_tokens
             if finish is not None:
                 more_reasoning, more_text = self.splitter.finish()
                 reasoning, text = reasoning + more_reasoning, text + more_text

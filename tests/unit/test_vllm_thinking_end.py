@@ -42,6 +42,7 @@ def test_track_reads_the_growing_output() -> None:
     assert track.read() == "answer"
     out += [START]
     assert track.read() == "answer"  # a later `<think>` is answer text
+    assert track.counted == 3  # two thinking tokens and the end marker, however they arrived
 
 
 def test_track_before_an_opened_thinking() -> None:
@@ -50,5 +51,7 @@ def test_track_before_an_opened_thinking() -> None:
     assert track.read() == "before"
     out.append(START)
     assert track.read() == "thinking"
+    out += [40, END, 50, 51]  # one vLLM output: the rest of the thinking and the answer's start
+    assert track.read() == "answer" and track.counted == 3
     other = ThinkingTrack({"start": START, "end": END, "eos": [EOS], "open": False}, [40])
     assert other.read() == "answer"  # answered at once: nothing to keep open

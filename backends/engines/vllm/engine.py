@@ -40,6 +40,7 @@ from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.lora import VllmAdapters
 from raygate.backends.engines.vllm.support import (
+    THINKING_EXTRA_KEY,
     CoreCounters,
     TokenPieces,
     VllmEngineStats,
@@ -290,7 +291,7 @@ class VllmEngine(Engine):
         reasoning_ended = markers is None or not starts_thinking(thinking)
         adapter = self._adapters.request(request.lora)
         assert self._pieces is not None
-        relay = DeltaRelay(ids, request, self._pieces, thinking)
+        relay = DeltaRelay(ids, request, self._pieces, thinking, (extra or {}).get(THINKING_EXTRA_KEY))
 
         rid = request.request_id
         with self._running(rid) as run:

@@ -72,9 +72,11 @@ def engine_kwargs(
 class ThinkingTrack:
     """Where one request's output stands in its thinking, read by token id as it grows (thinking_end.py;
     `tokens` is vLLM's live output list): `before` a `<think>` the model may open, `thinking`
-    until the end marker, then `answer`. `spec` is `translate.thinking_args`'s."""
+    until the end marker, then `answer`. `spec` is `translate.thinking_args`'s. `counted`: the
+    thinking tokens so far (the `<think>` that opened it and the end marker included), exact
+    however many tokens one of vLLM's outputs brings (the text split cannot tell them apart)."""
 
-    __slots__ = ("end", "eos", "seen", "start", "state", "tokens")
+    __slots__ = ("counted", "end", "eos", "seen", "start", "state", "tokens")
 
     def __init__(self, spec: dict[str, Any], tokens: list[int]) -> None:
         self.start = int(spec["start"])
@@ -82,6 +84,7 @@ class ThinkingTrack:
         self.eos = [int(t) for t in spec["eos"] if int(t) != self.end]
         self.tokens = tokens
         self.seen = 0
+        self.counted = 0
         self.state = "thinking" if spec["open"] else "before"
 
     def read(self) -> str:
@@ -93,6 +96,7 @@ class ThinkingTrack:
                 self.state = "thinking" if token == self.start else "answer"
             elif token == self.end:
                 self.state = "answer"
+            self.counted += self.state == "thinking" or token == self.end
             self.seen += 1
         return self.state
 

@@ -21,6 +21,7 @@ from raygate.backends.engines.deltas import DeltaBuilder
 from raygate.backends.engines.images import content_parts, decode_rgb, has_images, place_images
 from raygate.backends.engines.vllm.support import (
     THINKING_EXTRA_KEY,
+    ThinkingTrack,
     TokenPieces,
     to_vllm_sampling,
     token_logprobs,
@@ -255,10 +256,15 @@ class DeltaRelay:
         request: GenerateRequest,
         pieces: TokenPieces,
         thinking: reasoning.ThinkingPlan | None = None,
+        thinking_spec: dict[str, Any] | None = None,
     ) -> None:
+        """`thinking_spec`: `thinking_args`'s, when the markers are single tokens: the thinking
+        tokens are then counted by id (`ThinkingTrack`)."""
         self._ids, self._sampling, self._pieces = ids, request.sampling, pieces
         parser = tool_calls.ToolCallParser() if tool_calls.active(request.tools) else None
         self._out = DeltaBuilder(len(ids), parser, thinking)
+        self._output: list[int] = []
+        self._track = ThinkingTrack(thinking_spec, self._output) if thinking_spec is not None else None
 
     def read(self, result: Any) -> int:
         out, sampling, pieces = self._out, self._sampling, self._pieces
@@ -276,6 +282,9 @@ class DeltaRelay:
                 pieces, list(piece.token_ids), list(piece.logprobs), sampling.logprobs
             )
         out.n_out += len(piece.token_ids)
+        if self._track is not None:
+            self._output.extend(piece.token_ids)
+            self._track.read()
         return len(piece.token_ids)
 
     def delta(self, result: Any) -> Delta | None:
@@ -283,7 +292,8 @@ class DeltaRelay:
         finish = _finish_reason(piece.finish_reason) if result.finished else None
         # vLLM's `stop_reason`: the stop string hit (str), a stop token id, or None.
         hit = piece.stop_reason if isinstance(piece.stop_reason, str) else None
-        return self._out.delta(piece.text, finish, hit)
+        counted = self._track.counted if self._track is not None else None
+        return self._out.delta(piece.text, finish, hit, counted)
 
 
 # ---- vLLM's outcomes -> OpenAI's ---------------------------------------------------------------
