@@ -57,7 +57,7 @@ def test_vllm_takes_scale_one_or_zero_only() -> None:
     assert request_lora(config, None, _lora([{"id": 0, "scale": 1}, {"id": 1, "scale": 0}])) == (
         ("ad-a", 1.0),
     )
-    with pytest.raises(BadRequestError, match="scale 1.0 only") as caught:
+    with pytest.raises(BadRequestError, match=r"scale 1\.0 only") as caught:
         request_lora(config, None, _lora([{"id": 1, "scale": 0.5}]))
     assert caught.value.param == "lora[0].scale"
 
