@@ -88,6 +88,9 @@ def test_an_adapter_changes_the_answer_on_every_endpoint(
         return r.output_text
 
     assert response(A) != response(BASE)
+    # The same prompt and greedy settings through Responses: the same answer as chat's (the model's
+    # `defaults:`, a repetition penalty here, apply on every endpoint alike).
+    assert response(A) == a and response(BASE) == base
 
     with anthropic.Anthropic(base_url=lora_gateway.url, api_key="unused", max_retries=0) as claude:
 
