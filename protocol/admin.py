@@ -154,7 +154,7 @@ class LoadLoraAdapterRequest(StrictModel):
         min_length=1,
         max_length=4096,
         description="The adapter on the replicas' nodes: an absolute path or `~/...` (a GGUF LoRA "
-        "file for llama.cpp, a PEFT adapter folder for vLLM).",
+        "file for llama.cpp, a PEFT adapter folder for vLLM), or a Hub repository `hf:ORG/REPO`.",
     )
     base_model_name: str | None = Field(
         None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
 from raygate.protocol.extensions import SamplingExtensions
@@ -72,6 +72,21 @@ class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
+class LoraChoice(RequestModel):
+    """One LoRA adapter of a request's `lora` list (llama-server's shape): `id`, its position in
+    `GET /lora-adapters` for the model, or `name`, and the scale it applies at."""
+
+    id: int | None = Field(None, ge=0, le=1_000_000)
+    name: str | None = Field(None, min_length=1, max_length=256)
+    scale: float = Field(1.0, ge=-100, le=100, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_reference(self) -> LoraChoice:
+        if (self.id is None) == (self.name is None):
+            raise ValueError("each `lora` entry names its adapter by `id` or by `name` (one of them)")
+        return self
+
+
 class SamplingFields(SamplingExtensions):
     """Fields with the same meaning and bounds on chat and completions (OpenAI's documented ranges;
     vLLM's extensions come with the base)."""
@@ -90,6 +105,9 @@ class SamplingFields(SamplingExtensions):
     logit_bias: dict[str, float] | None = None
     # vLLM's: admission order in the gateway (lower first); see server/serving/admission.py.
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
+    # llama-server's: the LoRA adapters of the model to decode under, each with its scale; it
+    # replaces the adapter a `model: <adapter>` names. `[]`: the base model alone (docs/lora.md).
+    lora: list[LoraChoice] | None = Field(None, max_length=16)
 
     @field_validator("logit_bias")
     @classmethod

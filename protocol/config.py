@@ -181,6 +181,21 @@ class AdapterConfig(StrictModel):
         return value
 
 
+class LoraSettings(StrictModel):
+    """How a model holds its LoRA adapters, one name for both engines (docs/lora.md)."""
+
+    max_loras: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="LoRA adapters each replica holds at once. llama.cpp: any number may be "
+        "registered; beyond this many, an adapter is read from its file on first use, evicting "
+        "the least recently used one that no running request decodes under (requests wait while "
+        "all are in use). vLLM: its own `max_loras` (adapters in one batch). Unset: llama.cpp "
+        "keeps every adapter loaded, vLLM takes its default (1).",
+    )
+
+
 class ModelLimits(StrictModel):
     """Admission and time limits for one model; `None` means unbounded (or: use the gateway default).
 
@@ -384,6 +399,11 @@ class ModelConfig(StrictModel):
         "(docs/lora.md); `POST /v1/load_lora_adapter` adds one at run time.",
     )
 
+    lora: LoraSettings = Field(
+        default_factory=LoraSettings,
+        description="How the replicas hold LoRA adapters (`max_loras`), on both engines.",
+    )
+
     generation_config: str = Field(
         "auto",
         min_length=1,
@@ -455,6 +475,12 @@ class ModelConfig(StrictModel):
             scaled = [a.name for a in self.adapters if a.scale != 1.0]
             if scaled:
                 raise ValueError(f"adapter `{scaled[0]}`: vLLM applies adapters at `scale` 1.0 only")
+        bound = self.lora.max_loras
+        if bound is not None and (self.backend not in ("llama_cpp", "vllm") or self.task != "generate"):
+            raise ValueError("`lora.max_loras` needs `backend: llama_cpp` or `vllm`, and `task: generate`")
+        own = self.engine.get("max_loras")
+        if bound is not None and self.backend == "vllm" and own is not None and own != bound:
+            raise ValueError(f"`lora.max_loras` ({bound}) and `engine.max_loras` ({own}) differ: give one")
         return self
 
     @property

@@ -47,3 +47,14 @@ class ModelList(ResponseModel):
 
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class LoraAdapterEntry(ResponseModel):
+    """One adapter in `GET /lora-adapters` (llama-server's list, with the model it belongs to):
+    a request's `lora: [{"id": ..., "scale": ...}]` names it by `id`, its place on its model."""
+
+    id: int
+    name: str
+    path: str
+    scale: float
+    model: str

@@ -455,7 +455,7 @@ def seed_specs(config: GatewayConfig, settings: Settings) -> list[ModelConfig]:
                 resolve_model_file(spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise ConfigError(f"model `{spec.name}` in {settings.config_path}: {exc}") from exc
-        for adapter in spec.adapters:
+        for adapter in (a for a in spec.adapters if a.source.hub is None):  # a Hub's: at deploy
             try:
                 resolve_adapter(adapter.source, spec.backend)
             except ModelFileError as exc:

@@ -3,6 +3,8 @@ the replica, so the gateway process never loads them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.model_files import resolve_model_file
 from raygate.protocol.config import ModelConfig
@@ -23,7 +25,8 @@ def make_engine(config: ModelConfig) -> Engine:
             str(path),
             embedding=config.task == "embed",
             rank=config.task == "rerank",
-            engine_kwargs=config.engine,
+            # `lora.max_loras` is vLLM's own `max_loras` (protocol/config.py refuses two values).
+            engine_kwargs=_with(config.engine, max_loras=config.lora.max_loras),
             num_gpus=config.num_gpus,
             reasoning=config.reasoning,
             lora=bool(config.adapters),
@@ -45,6 +48,7 @@ def make_engine(config: ModelConfig) -> Engine:
             reasoning=config.reasoning,
             projector=projector,
             name=config.name,
+            max_loras=config.lora.max_loras,
         )
     if config.backend == "llama_cpp":
         from raygate.backends.engines.llama_cpp.engine import LlamaCppEngine
@@ -56,8 +60,14 @@ def make_engine(config: ModelConfig) -> Engine:
             engine_kwargs=config.engine,
             reasoning=config.reasoning,
             name=config.name,
+            max_loras=config.lora.max_loras,
         )
     raise ValueError(f"unknown backend {config.backend!r}")
+
+
+def _with(kwargs: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """`kwargs` with the `extra` keys that are set (not None)."""
+    return {**kwargs, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def _projector(config: ModelConfig) -> str | None:

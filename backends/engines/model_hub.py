@@ -621,6 +621,25 @@ def fetch_hub_files(config: ModelConfig, downloads: dict[str, Download]) -> Mode
     return config
 
 
+def fetch_adapter(source: ModelSource, backend: str) -> ModelSource:
+    """A LoRA adapter from a Hub, fetched onto this node like a model (blocking): the local `path`
+    it landed at, which `model_files.resolve_adapter` checks. A GGUF repository gives its one GGUF
+    LoRA (`file` picks one of several) for llama.cpp, a PEFT repository its folder for vLLM (one
+    repository may hold both: vLLM's download leaves GGUF files out when safetensors are there)."""
+    return ModelSource(path=str(Download(source, folder=backend == "vllm").run()))
+
+
+def fetch_adapters(config: ModelConfig) -> ModelConfig:
+    """`config` with each of its adapters from a Hub fetched (`fetch_adapter`), before they load."""
+    if not any(a.source.hub is not None for a in config.adapters):
+        return config
+    adapters = [
+        a.model_copy(update={"source": fetch_adapter(a.source, config.backend)}) if a.source.hub else a
+        for a in config.adapters
+    ]
+    return config.model_copy(update={"adapters": adapters})
+
+
 def combined_progress(downloads: dict[str, Download]) -> DownloadProgress | None:
     """One reading for a replica's downloads (the model's, then its projector's): their files and
     bytes added up; done (and cached) when each is."""

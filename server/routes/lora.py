@@ -23,15 +23,22 @@ def _cluster(request: Request) -> ControllerClient:
 
 async def _load(request: Request, body: LoadLoraAdapterRequest) -> DeploymentStatus:
     try:
-        adapter = AdapterConfig(
-            name=body.lora_name, source=ModelSource(path=body.lora_path), scale=body.scale
-        )
+        adapter = AdapterConfig(name=body.lora_name, source=_source(body.lora_path), scale=body.scale)
     except ValueError as exc:  # pydantic's ValidationError: a name a model id cannot be
         raise BadRequestError(
             f"Invalid LoRA adapter `{body.lora_name[:40]}`: {exc}", param="lora_name"
         ) from None
     status: DeploymentStatus = await _cluster(request).admin("load_adapter", body.base_model_name, adapter)
     return status
+
+
+def _source(lora_path: str) -> ModelSource:
+    """`hf:ORG/REPO` (or `modelscope:ORG/REPO`) is a Hub repository, as a model's `source: {hf:}`;
+    anything else a path on the replicas' nodes."""
+    hub, _, repo = lora_path.partition(":")
+    if hub in ("hf", "modelscope") and repo:
+        return ModelSource.model_validate({hub: repo})
+    return ModelSource(path=lora_path)
 
 
 async def _unload(request: Request, name: str) -> DeploymentStatus:

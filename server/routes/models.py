@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.protocol.config import ModelSource
 from raygate.protocol.extensions import supported_extensions
-from raygate.protocol.models import ModelCard, ModelList
+from raygate.protocol.models import LoraAdapterEntry, ModelCard, ModelList
 from raygate.protocol.xinference import (
     ENGINE_FORMATS,
     ENGINE_OF_BACKEND,
@@ -86,6 +87,32 @@ async def retrieve_model(model_id: str, request: Request) -> XinferenceModelCard
         state=router.state,
         parent=_parent(cluster, model_id),
     )
+
+
+@router.get("/lora-adapters")
+async def lora_adapters(request: Request, model: str | None = None) -> list[LoraAdapterEntry]:
+    """llama-server's list of LoRA adapters (docs/lora.md): those of `model` (a name, alias or
+    adapter: its base), or of every model the key reaches; `id` is what a request's `lora` takes."""
+    cluster = _cluster(request)
+    key = request_context(request).key
+    if model is not None:
+        configs = [cluster.get(model).config]
+        check_model_access(key, configs[0].ids)
+    else:
+        configs = [r.config for r in cluster.routers() if key is None or key.allows(r.config.ids)]
+    return [
+        LoraAdapterEntry(id=i, name=a.name, path=_where(a.source), scale=a.scale, model=c.name)
+        for c in configs
+        for i, a in enumerate(c.adapters)
+    ]
+
+
+def _where(source: ModelSource) -> str:
+    if source.path is not None:
+        return source.path
+    if source.hub is not None:
+        return f"{source.hub}:{source.repo}" + (f"/{source.file}" if source.file else "")
+    return f"{source.package}:{source.file}"
 
 
 @router.get("/health")

@@ -26,7 +26,7 @@ from fastapi import Request
 
 from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.backends.cluster.stores.ledger_db import UsageRecord
-from raygate.protocol.config import AdapterConfig, ModelConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from raygate.protocol.generation import (
     Delta,
@@ -85,11 +85,11 @@ class ModelHandle:
         ticket: Ticket,
         metrics: GatewayMetrics,
         settings: Settings,
-        adapter: AdapterConfig | None = None,
+        lora: tuple[tuple[str, float], ...] = (),
         budgets: Budgets | None = None,
     ) -> None:
         self._router = router
-        self._lora = ((adapter.name, adapter.scale),) if adapter is not None else ()
+        self._lora = lora
         self.config: ModelConfig = router.config
         self._ctx = ctx
         self._ticket = ticket
@@ -345,11 +345,11 @@ def record_usage(request: Request, handle: ModelHandle, endpoint: str) -> None:
 
 
 def open_model(
-    request: Request, router: ModelRouter, endpoint: str = "", adapter: AdapterConfig | None = None
+    request: Request, router: ModelRouter, endpoint: str = "", lora: tuple[tuple[str, float], ...] = ()
 ) -> ModelHandle:
     """Admit the request to `router`'s model (or refuse it with 429) and wrap the router; its
-    usage is recorded under `endpoint` when the request ends. `adapter`: the LoRA adapter the body
-    named as its `model`, applied to every sequence."""
+    usage is recorded under `endpoint` when the request ends. `lora`: the LoRA adapters (name,
+    scale) every sequence decodes under (`lora_choice.py`)."""
     state = request.app.state
     ctx = request_context(request)
     ctx.model = router.config.name
@@ -365,8 +365,6 @@ def open_model(
         metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
         raise
     ctx.on_close(ticket.release)
-    handle = ModelHandle(
-        router, ctx, ticket, metrics, state.settings, adapter, getattr(state, "budgets", None)
-    )
+    handle = ModelHandle(router, ctx, ticket, metrics, state.settings, lora, getattr(state, "budgets", None))
     ctx.on_close(lambda: record_usage(request, handle, endpoint))
     return handle

@@ -15,6 +15,7 @@ from raygate.protocol.errors import BadRequestError, UnsupportedParameterError
 from raygate.server.access.auth import check_model_access
 from raygate.server.context import request_context
 from raygate.server.serving.handle import ModelHandle, open_model
+from raygate.server.serving.lora_choice import request_lora
 from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 _TASK_ENDPOINTS = {
@@ -53,4 +54,6 @@ def resolve_model(
     priority = getattr(body, "priority", None)
     if isinstance(priority, int):
         ctx.priority = priority
-    return open_model(request, router, endpoint, cluster.adapter(str(getattr(body, "model"))))  # noqa: B009
+    adapter = cluster.adapter(str(getattr(body, "model")))  # noqa: B009
+    lora = request_lora(router.config, adapter, getattr(body, "lora", None))
+    return open_model(request, router, endpoint, lora)

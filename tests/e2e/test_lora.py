@@ -1,6 +1,8 @@
 """The LoRA suite (tests/support/suites/lora.py) on llama.cpp, served from examples/lora.yaml as a
 user would: GGUF adapters, its own gateway with an admin key and a state directory (so the suite
-also checks the admin key and that run-time loads persist in the registry). The adapters are
+also checks the admin key and that run-time loads persist in the registry). One change: the model
+holds one adapter at a time (`lora: {max_loras: 1}`), so every test also runs through loading on
+first use and eviction, and concurrent requests for two adapters take turns. The adapters are
 random ones built once per machine (tests/support/lora.py)."""
 
 from __future__ import annotations
@@ -10,17 +12,20 @@ from pathlib import Path
 
 import openai
 import pytest
+import yaml
 
 from tests.support.gateway import REPO, start_gateway
 from tests.support.lora import LoraGateway, build_adapters
 from tests.support.release import stop_and_release
 from tests.support.suites.lora import (  # noqa: F401
+    test_adapters_take_turns_beyond_max_loras,
     test_an_adapter_changes_the_answer_on_every_endpoint,
     test_bad_adapter_requests_are_refused_by_name,
     test_load_and_unload_at_run_time,
     test_metrics_per_adapter,
     test_mixed_adapters_at_once_each_get_their_own,
     test_models_list_adapters_with_their_parent,
+    test_per_request_lora_scales_as_llama_server_takes_them,
     test_the_cli_loads_and_unloads,
 )
 
@@ -39,7 +44,10 @@ def lora_gateway(
 ) -> Iterator[LoraGateway]:
     tmp = tmp_path_factory.mktemp("lora")
     state_dir = tmp / "state"
-    args = ["--config", str(REPO / "examples" / "lora.yaml"), "--ray-address", ray_address]
+    config = yaml.safe_load((REPO / "examples" / "lora.yaml").read_text())
+    config["models"][0]["lora"] = {"max_loras": 1}
+    (tmp / "lora.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    args = ["--config", str(tmp / "lora.yaml"), "--ray-address", ray_address]
     args += ["--ray-namespace", NAMESPACE, "--state-dir", str(state_dir), "--admin-key", ADMIN_KEY]
     gw = start_gateway(args, tmp / "gateway.log")
     try:

@@ -36,6 +36,7 @@ from tests.support.hub import (
     smollm2_gguf,
     split_gguf,
 )
+from tests.support.lora import PROMPT, build_adapters
 from tests.support.vision import image, tiny_vlm
 
 MINILM = REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"
@@ -49,6 +50,7 @@ BAD_REPO = "raygate-tests/minilm-corrupt-GGUF"
 HUGE_REPO = "raygate-tests/huge-GGUF"  # its listing says 10 PB
 VISION_REPO = "raygate-tests/vision-GGUF"  # a model and its projector (`mmproj`)
 TWO_PROJECTORS_REPO = "raygate-tests/two-projectors-GGUF"
+LORA_REPO = "raygate-tests/smollm2-lora-a"  # adapter A as a GGUF LoRA and as PEFT files (docs/lora.md)
 PROJECTOR = "mmproj-tiny-vlm-f16.gguf"
 VLM_FILE = "tiny-vlm-Q8_0.gguf"
 EMBED = {"task": "embed", "num_cpus": 0.25, "engine": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}}
@@ -113,6 +115,11 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     hub.commits[TWO_PROJECTORS_REPO] = commit_files(
         server.repo(TWO_PROJECTORS_REPO),
         {"tiny-vlm-Q4_1.gguf": smollm2, PROJECTOR: projector, "mmproj-tiny-vlm-f32.gguf": projector},
+    )
+    lora_gguf = build_adapters()["smollm2-lora-a"]
+    hub.commits[LORA_REPO] = commit_files(
+        server.repo(LORA_REPO),
+        {p.name: p for p in lora_gguf.parent.iterdir() if p.suffix in (".gguf", ".json", ".safetensors")},
     )
     server.start()
     yield hub
@@ -294,6 +301,49 @@ def test_the_revision_is_pinned_at_deploy_and_kept(hub: Hub, gateway: GatewayPro
     finally:
         for name in ("hub-pin-a", "hub-pin-b", "hub-pin-c"):
             undeploy(gateway.url, name)
+
+
+def test_a_lora_adapter_from_the_hub_is_pinned_fetched_and_applied(hub: Hub, gateway: GatewayProcess) -> None:
+    """An adapter's `source: {hf: ...}` is pinned at deploy and fetched by the replica; at run time
+    `lora_path: hf:ORG/REPO` does the same. The adapter changes the greedy answer; a repository
+    that holds no LoRA for this model is refused naming the adapter, and the base keeps serving."""
+    adapters = [{"name": "hub-lora-a", "source": {"hf": LORA_REPO}}]
+    spec = {"name": "hub-lora-base", "source": {"hf": GGUF_REPO, "file": "*q4_1.gguf"}, "adapters": adapters}
+    r = deploy(gateway.url, {**spec, **CHAT})
+    assert r.status_code == 202, r.text
+    assert r.json()["spec"]["adapters"][0]["source"]["revision"] == hub.commits[LORA_REPO]
+    try:
+        status = wait_deployment(gateway.url, "hub-lora-base", settled, LOAD_TIMEOUT)
+        assert status["state"] == "ready", status
+        with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0, timeout=120) as client:
+
+            def chat(model: str) -> str:
+                out = client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": PROMPT}],
+                    max_tokens=16,
+                    temperature=0,
+                )
+                return out.choices[0].message.content or ""
+
+            base, a = chat("hub-lora-base"), chat("hub-lora-a")
+            assert a != base
+            body = {
+                "lora_name": "hub-lora-c",
+                "lora_path": f"hf:{LORA_REPO}",
+                "base_model_name": "hub-lora-base",
+            }
+            loaded = httpx.post(f"{gateway.url}/v1/load_lora_adapter", json=body, timeout=120)
+            assert loaded.status_code == 200, loaded.text
+            assert chat("hub-lora-c") == a
+            for bad in (f"hf:{PIN_REPO}", "hf:raygate-tests/no-such-adapter"):  # an embedding GGUF; nothing
+                body = {"lora_name": "hub-lora-bad", "lora_path": bad, "base_model_name": "hub-lora-base"}
+                refused = httpx.post(f"{gateway.url}/v1/load_lora_adapter", json=body, timeout=120)
+                assert refused.status_code == 400, refused.text
+                assert "hub-lora-bad" in refused.json()["error"]["message"], refused.text
+            assert chat("hub-lora-base") == base
+    finally:
+        undeploy(gateway.url, "hub-lora-base")
 
 
 def test_two_replicas_on_one_node_download_once(hub: Hub, gateway: GatewayProcess) -> None:

@@ -99,3 +99,48 @@ async def test_unload_restores_the_base(adapters: dict[str, Path]) -> None:
     assert await _answer(engine, None) == base
     await engine.load_adapter(A, str(adapters[A]))  # loaded again, under the same name
     assert await _answer(engine, A) != base
+
+
+@pytest.mark.parametrize("engine_kind", ["single", "batched"])
+async def test_max_loras_loads_on_first_use(adapters: dict[str, Path], engine_kind: str) -> None:
+    """`lora: {max_loras: 1}` with two adapters: one is in memory at a time, each request loads its
+    own (evicting the other), and each answer is its adapter's own, alone or mixed at once."""
+    reference = await _engine(adapters, **({"n_seq_max": 4} if engine_kind == "batched" else {}))
+    own = {lora: await _answer(reference, lora) for lora in (None, A, B)}
+    config = ModelConfig(
+        name="m",
+        source=SMOLLM2,
+        engine={"n_threads": 1, "n_ctx": 512, **({"n_seq_max": 4} if engine_kind == "batched" else {})},
+        lora={"max_loras": 1},
+    )
+    engine = make_engine(config)
+    await engine.start()
+    for name, path in adapters.items():
+        await engine.load_adapter(name, str(path))
+    lora = engine._lora  # type: ignore[attr-defined]  # what is in memory is the point here
+    assert len(lora.loaded) == 1
+    for name in (A, B, A, None, B):
+        assert await _answer(engine, name) == own[name]
+        if name is not None:
+            assert lora.loaded == [name]
+    reads = lora.loads
+    assert reads >= 3  # A, B and A again were each read from their files
+    jobs = [(name, PROMPT) for name in (A, B, None, B, A)]
+    together = await asyncio.gather(*(_answer(engine, name, p) for name, p in jobs))
+    assert_each_got_its_own(jobs, list(together), [own[name] for name, _ in jobs])
+    assert len(lora.loaded) == 1
+    with pytest.raises(BadRequestError, match="max_loras"):  # two at once never fit in one
+        await _collect(engine.generate(_request_set(((A, 1.0), (B, 1.0)))))
+
+
+def _request_set(lora: tuple[tuple[str, float], ...]) -> GenerateRequest:
+    return GenerateRequest(
+        request_id="r-set",
+        sampling=SamplingParams(max_tokens=4, temperature=0.0),
+        messages=[ChatMessage("user", PROMPT)],
+        lora=lora,
+    )
+
+
+async def _collect(stream: AsyncIterator[object]) -> list[object]:
+    return [d async for d in stream]

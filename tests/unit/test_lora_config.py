@@ -84,3 +84,17 @@ def test_an_adapter_is_a_gguf_file_for_llama_cpp_and_a_peft_folder_for_vllm(tmp_
         resolve_adapter(ModelSource(path=str(gguf)), "vllm")
     with pytest.raises(ModelFileError, match="not found"):
         resolve_adapter(ModelSource(path=str(peft)), "llama_cpp")
+
+
+def test_max_loras_is_one_setting_for_both_engines() -> None:
+    llama = ModelConfig.model_validate(_model(lora={"max_loras": 2}, adapters=[_adapter("a")]))
+    assert llama.lora.max_loras == 2
+    assert ModelConfig.model_validate(llama.model_dump()) == llama  # registry.json round trip
+    vllm = _model(backend="vllm", lora={"max_loras": 3}, engine={"max_loras": 3})
+    assert ModelConfig.model_validate(vllm).lora.max_loras == 3  # the same value twice is one
+    with pytest.raises(ValidationError, match="differ"):
+        ModelConfig.model_validate(_model(backend="vllm", lora={"max_loras": 3}, engine={"max_loras": 2}))
+    with pytest.raises(ValidationError, match="max_loras"):
+        ModelConfig.model_validate(_model(task="embed", lora={"max_loras": 1}))
+    with pytest.raises(ValidationError, match="max_loras"):
+        ModelConfig.model_validate(_model(lora={"max_loras": 0}))

@@ -366,3 +366,24 @@ async def test_at_zero_with_no_room_for_a_replica_is_503_with_retry_after() -> N
     with pytest.raises(ServiceUnavailableError) as err:
         await collect(r.generate(GenerateRequest(request_id="r", sampling=SamplingParams())))
     assert err.value.headers() and "no node has room" in err.value.message and r.ongoing == 0
+
+
+def test_a_bounded_model_sends_an_adapter_where_it_went_last() -> None:
+    """`lora.max_loras`: replicas hold their latest adapters only, so a request for an adapter goes
+    to the replica this gateway last sent it to (not too loaded), another adapter elsewhere."""
+    config = CONFIG.model_copy(update={"lora": CONFIG.lora.model_copy(update={"max_loras": 1})})
+    r = ModelRouter(config, [Replica(actor=FakeActor(n), id=n) for n in ("a", "b", "c")])
+
+    def lora(name: str) -> tuple[str, ...]:
+        req = GenerateRequest(request_id="x", sampling=SamplingParams(), prompt="hi", lora=((name, 1.0),))
+        return r._adapters(req)
+
+    first = r._pick(set(), None, lora("ad-1"))
+    assert all(r._pick(set(), None, lora("ad-1")).id == first.id for _ in range(4))
+    other = r._pick(set(), None, lora("ad-2"))
+    assert other.id != first.id  # ad-2 goes least-loaded (ties rotate), then sticks there
+    assert r._pick(set(), None, lora("ad-2")).id == other.id
+    first.inflight = 5  # too loaded: least-loaded decides
+    assert r._pick(set(), None, lora("ad-1")).id != first.id
+    zero = GenerateRequest(request_id="z", sampling=SamplingParams(), prompt="hi", lora=(("ad-1", 0.0),))
+    assert r._adapters(zero) == ()  # at scale 0 the adapter is not applied: no preference

@@ -265,9 +265,15 @@ class Controller:
             )
         path = adapter.source.path
         if path is not None and not (Path(path).is_absolute() or path.startswith("~")):
-            raise BadRequestError(f"`lora_path` must be absolute (got `{path}`).", param="lora_path")
+            raise BadRequestError(
+                f"`lora_path` must be absolute or a Hub id `hf:ORG/REPO` (got `{path}`).", param="lora_path"
+            )
+        try:
+            adapter = await self._pinned(adapter, deployment.spec)
+        except BadRequestError as exc:
+            raise BadRequestError(exc.message, param="lora_path") from None
         actors = deployment.ready_actors()
-        if not actors:  # none to ask (autoscaled to zero, loading): at least the file must be here
+        if not actors and adapter.source.hub is None:  # none to ask: at least the file must be here
             try:
                 await asyncio.to_thread(resolve_adapter, adapter.source, deployment.spec.backend)
             except ModelFileError as exc:
@@ -399,6 +405,7 @@ class Controller:
                 await asyncio.to_thread(resolve_model_file, spec.source, folder=spec.backend == "vllm")
             except ModelFileError as exc:
                 raise BadRequestError(str(exc), param="source") from None
+        spec = spec.model_copy(update={"adapters": [await self._pinned(a, spec) for a in spec.adapters]})
         try:
             check_engine_options(spec)
         except ValueError as exc:
@@ -410,6 +417,18 @@ class Controller:
         if why is not None:
             raise BadRequestError(f"Impossible resources: {why}.", param="resources")
         return spec
+
+    @staticmethod
+    async def _pinned(adapter: AdapterConfig, spec: ModelConfig) -> AdapterConfig:
+        """A LoRA adapter from a Hub, its revision pinned to a commit like a model's (a 400 naming
+        the adapter when its repository holds nothing it could load); others as they are."""
+        if adapter.source.hub is None:
+            return adapter
+        try:
+            source = await asyncio.to_thread(pin, adapter.source, folder=spec.backend == "vllm")
+        except ModelFileError as exc:
+            raise BadRequestError(f"LoRA adapter `{adapter.name}`: {exc}", param="adapters") from None
+        return adapter.model_copy(update={"source": source})
 
     @staticmethod
     async def _pin_projector(spec: ModelConfig) -> ModelConfig:

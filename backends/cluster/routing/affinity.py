@@ -99,3 +99,31 @@ class PrefixTable:
             self._owners.move_to_end(key)
         while len(self._owners) > self._max:
             self._owners.popitem(last=False)
+
+
+class AdapterHolders:
+    """Which LoRA adapters each replica last decoded under, as this gateway sent them: a bounded
+    replica (`lora.max_loras`) holds only its latest `capacity` adapters and reads any other from
+    its file first (docs/lora.md), so a request for an adapter goes where this gateway last sent
+    it when that replica is not too loaded. This gateway's own view: another gateway's requests
+    may have evicted it since, which costs a file read, never a wrong answer."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._held: dict[str, OrderedDict[str, None]] = {}
+
+    def holding(self, names: tuple[str, ...], replica_ids: list[str]) -> list[str]:
+        """The replicas among `replica_ids` believed to hold every adapter of `names`."""
+        return [r for r in replica_ids if all(n in self._held.get(r, ()) for n in names)]
+
+    def record(self, names: tuple[str, ...], replica_id: str) -> None:
+        held = self._held.setdefault(replica_id, OrderedDict())
+        for name in names:
+            held.pop(name, None)
+            held[name] = None
+        while len(held) > self._capacity:
+            held.popitem(last=False)
+
+    def forget(self, alive: set[str]) -> None:
+        for replica_id in [r for r in self._held if r not in alive]:
+            del self._held[replica_id]

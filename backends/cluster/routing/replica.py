@@ -38,7 +38,13 @@ from raygate.backends.cluster.runtime.errors import ReplicaDrainingError
 from raygate.backends.engines.base import Engine, EngineStats
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.model_files import ModelFileError, generation_defaults, resolve_adapter
-from raygate.backends.engines.model_hub import combined_progress, fetch_hub_files, hub_downloads
+from raygate.backends.engines.model_hub import (
+    combined_progress,
+    fetch_adapter,
+    fetch_adapters,
+    fetch_hub_files,
+    hub_downloads,
+)
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError
@@ -83,6 +89,7 @@ class ModelWorker:
         then loads the local copy."""
         if self._downloads:
             self._config = await asyncio.to_thread(fetch_hub_files, self._config, self._downloads)
+        self._config = await asyncio.to_thread(fetch_adapters, self._config)  # those from a Hub
         recommended = generation_defaults(self._config)  # before the load: a bad file fails fast
         engine = make_engine(self._config)
         await engine.start()
@@ -139,8 +146,11 @@ class ModelWorker:
         return self._inflight
 
     async def load_adapter(self, name: str, source: ModelSource) -> None:
-        """A LoRA adapter added at run time (`POST /v1/load_lora_adapter`), read on this node."""
+        """A LoRA adapter added at run time (`POST /v1/load_lora_adapter`), read on this node
+        (fetched onto it first when it comes from a Hub)."""
         try:
+            if source.hub is not None:
+                source = await asyncio.to_thread(fetch_adapter, source, self._config.backend)
             path = resolve_adapter(source, self._config.backend)
         except ModelFileError as exc:
             raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None

@@ -44,7 +44,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from raygate.backends.cluster.routing import socket_stream
-from raygate.backends.cluster.routing.affinity import PrefixTable, prefix_keys, prompt_text
+from raygate.backends.cluster.routing.affinity import AdapterHolders, PrefixTable, prefix_keys, prompt_text
 from raygate.backends.cluster.routing.route_table import DeploymentRoute
 from raygate.backends.cluster.runtime.errors import CALL_ERRORS, REPLICA_ERRORS, Mapped, remote_cause
 from raygate.protocol.admin import DeploymentState, DownloadProgress, ScalingEvent
@@ -154,6 +154,7 @@ class ModelRouter:
         self.waiting = 0  # of which waiting for a replica to become ready
         self.on_demand: Callable[[], None] = lambda: None
         self._prefixes = PrefixTable()
+        self._holders: AdapterHolders | None = None  # with `lora.max_loras` only (`_adapter_choice`)
         self._tiebreak = itertools.count()
         self._changed = asyncio.Event()
 
@@ -172,6 +173,8 @@ class ModelRouter:
         self.scaling_events_total = route.scaling_events_total
         self.no_room = route.no_room
         self.download = route.download
+        if self._holders is not None:
+            self._holders.forget({r.id for r in replicas})
         self._changed.set()  # wake requests waiting for a replica
         self._changed = asyncio.Event()
 
@@ -217,11 +220,25 @@ class ModelRouter:
             finally:
                 self.waiting -= 1
 
-    def _pick(self, tried: set[str], keys: list[bytes] | None = None) -> Replica:
+    def _pick(
+        self, tried: set[str], keys: list[bytes] | None = None, adapters: tuple[str, ...] = ()
+    ) -> Replica:
         replicas = [r for r in self.replicas if r.id not in tried and not r.dead]
         if not replicas:
             raise ServiceUnavailableError(f"Model `{self.config.name}` has no ready replica; please retry.")
         low = min(r.inflight for r in replicas)
+        picked = self._by_prefix(replicas, low, keys) or self._by_adapter(replicas, low, adapters)
+        if picked is None:
+            candidates = [r for r in replicas if r.inflight == low]
+            picked = candidates[next(self._tiebreak) % len(candidates)]
+        if keys:
+            self._prefixes.record(keys, picked.id)
+        if adapters and self._holders is not None:
+            self._holders.record(adapters, picked.id)
+        return picked
+
+    def _by_prefix(self, replicas: list[Replica], low: int, keys: list[bytes] | None) -> Replica | None:
+        """The replica that served the longest known prefix last, unless it is too loaded."""
         if keys:
             preferred = self._prefixes.preferred(keys, {r.id for r in replicas})
             chosen = next((r for r in replicas if r.id == preferred), None)
@@ -229,15 +246,28 @@ class ModelRouter:
                 self.affinity.miss += 1
             elif chosen.inflight - low <= self.config.routing.max_imbalance:
                 self.affinity.hit += 1
-                self._prefixes.record(keys, chosen.id)
                 return chosen
             else:
                 self.affinity.fallback += 1
-        candidates = [r for r in replicas if r.inflight == low]
-        picked = candidates[next(self._tiebreak) % len(candidates)]
-        if keys:
-            self._prefixes.record(keys, picked.id)
-        return picked
+        return None
+
+    def _by_adapter(self, replicas: list[Replica], low: int, adapters: tuple[str, ...]) -> Replica | None:
+        """With `lora.max_loras` (replicas hold only their latest adapters): the least loaded of
+        the replicas this gateway last sent the request's adapters to, unless too loaded."""
+        if not adapters or self._holders is None:
+            return None
+        ids = self._holders.holding(adapters, [r.id for r in replicas])
+        near = [r for r in replicas if r.id in ids and r.inflight - low <= self.config.routing.max_imbalance]
+        return min(near, key=lambda r: r.inflight) if near else None
+
+    def _adapters(self, request: GenerateRequest) -> tuple[str, ...]:
+        """The adapters a request decodes under, when where they are loaded matters (a bound)."""
+        bound = self.config.lora.max_loras
+        if bound is None or not request.lora or len(self.replicas) <= 1:
+            return ()
+        if self._holders is None:
+            self._holders = AdapterHolders(bound)
+        return tuple(name for name, scale in request.lora if scale != 0.0)
 
     def _keys(self, request: GenerateRequest) -> list[bytes] | None:
         routing = self.config.routing
@@ -251,10 +281,10 @@ class ModelRouter:
         self.ongoing += 1
         try:
             tried: set[str] = set()
-            keys = self._keys(request)
+            keys, adapters = self._keys(request), self._adapters(request)
             while True:
                 await self._wait_for_replica(tried)
-                replica = self._pick(tried, keys)
+                replica = self._pick(tried, keys, adapters)
                 replica.inflight += 1
                 started = False
                 try:

@@ -113,8 +113,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         reasoning: ReasoningConfig | None = None,
         projector: str | None = None,
         name: str = "this model",
+        max_loras: int | None = None,
     ) -> None:
-        """`projector`: a vision model's mmproj GGUF (`vision.py`); `name`: the model's, for errors."""
+        """`projector`: a vision model's mmproj GGUF (`vision.py`); `name`: the model's, for errors;
+        `max_loras`: LoRA adapters kept loaded at once (`lora.py`; None: all)."""
         super().__init__()
         self._reasoning = reasoning
         self._projector_path = projector
@@ -130,8 +132,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         # None: no sequence, only a wake-up for `_commands` (work for the scheduler thread).
         self._incoming: queue.SimpleQueue[RunningSequence | None] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = queue.SimpleQueue()
-        self._lora = LoraAdapters()
-        self._slot_keys: list[LoraKey | None] = [() for _ in range(self._n_seq)]
+        self._lora = LoraAdapters(max_loras)
+        self._slot_keys: list[LoraKey] = [() for _ in range(self._n_seq)]
+        # Sequences whose adapters had no room (every loaded one in use): admitted first, in order.
+        self._deferred: list[RunningSequence] = []
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
@@ -229,7 +233,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 if seq.cancel.is_set():
                     self._finish(seq, "abort")
                     del running[slot]
-            self._free_retired(running)
             for slot, seq in list(running.items()):
                 if seq.images and not self._feed_images(slot, seq, cached):
                     del running[slot]
@@ -330,7 +333,12 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return llama_cpp
 
     def _admit(self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]) -> None:
-        """Take waiting sequences into free slots; block only when nothing runs."""
+        """Take waiting sequences into free slots, those that waited for room for their adapters
+        first (in order); block only when nothing runs (then no adapter is in use, so the first
+        of those always fits)."""
+        deferred, self._deferred = self._deferred, []
+        for waited in deferred:
+            self._take(waited, running, cached, used)
         while len(running) < self._n_seq:
             try:
                 seq = self._incoming.get_nowait() if running else self._wait(cached, used)
@@ -339,36 +347,60 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if seq is None:
                 self._run_commands()
                 continue
-            drawn = not seq.first  # its first token came from kept logits (`generate`)
-            if seq.cancel.is_set():
-                self._finish(seq, "abort")
-                continue
-            free = [s for s in range(self._n_seq) if s not in running]
-            slot = pick_slot(free, cached, used, seq.prompt, running)
-            # Prompt logprobs need every position's logits: nothing cached can be reused.
-            reuse = self._prompt_cache and seq.prompt_top is None
-            same = self._slot_keys[slot] == seq.lora
-            shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
-            entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
-            if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
-                self._store_slot(slot, cached[slot])  # what the prompt would overwrite
-            if entry is not None and stored > shared + STORE_MIN_TOKENS:
-                shared = self._restore(slot, cached, entry, stored)
-            # A drawn first token needs no logits: the prompt's cells are all it needs, and a
-            # slot evicted since evaluates the rest without them. Otherwise the last token (or
-            # two) is evaluated again for its logits; never below 0: a prompt shorter than the
-            # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
-            last = len(seq.prompt) - (0 if drawn else self._reevaluated)
-            keep = span_floor(seq.images, max(0, min(shared, last)))
-            self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
-            del cached[slot][keep:]
-            used[slot] = next(self._clock)
-            self._slot_keys[slot] = seq.lora
-            seq.slot, seq.fed = slot, keep
-            seq.out.builder.cached_tokens = keep
-            if seq.prompt_top is None:
-                self._stats.count_prompt_cache(keep)
-            running[slot] = seq
+            self._take(seq, running, cached, used)
+
+    def _take(
+        self,
+        seq: RunningSequence,
+        running: dict[int, RunningSequence],
+        cached: list[list[int]],
+        used: list[int],
+    ) -> None:
+        """Give `seq` a slot, or keep it waiting while its adapters have no room (`lora.py`): behind
+        any adapter request already waiting, so a busy adapter cannot starve another one."""
+        if seq.cancel.is_set():
+            self._finish(seq, "abort")
+            return
+        if seq.lora:
+            if self._deferred or len(running) >= self._n_seq:
+                self._deferred.append(seq)
+                return
+            try:
+                room = self._lora.acquire(loaded(self._model).llm._model.model, self._ctx.ctx, seq.lora)
+            except Exception as exc:  # its adapter's file is gone, or it was unloaded meanwhile
+                self._fail(seq, exc)
+                return
+            if not room:
+                self._deferred.append(seq)
+                return
+            seq.holds_lora = True
+        drawn = not seq.first  # its first token came from kept logits (`generate`)
+        free = [s for s in range(self._n_seq) if s not in running]
+        slot = pick_slot(free, cached, used, seq.prompt, running)
+        # Prompt logprobs need every position's logits: nothing cached can be reused.
+        reuse = self._prompt_cache and seq.prompt_top is None
+        same = self._slot_keys[slot] == seq.lora
+        shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
+        entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
+        if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
+            self._store_slot(slot, cached[slot])  # what the prompt would overwrite
+        if entry is not None and stored > shared + STORE_MIN_TOKENS:
+            shared = self._restore(slot, cached, entry, stored)
+        # A drawn first token needs no logits: the prompt's cells are all it needs, and a
+        # slot evicted since evaluates the rest without them. Otherwise the last token (or
+        # two) is evaluated again for its logits; never below 0: a prompt shorter than the
+        # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
+        last = len(seq.prompt) - (0 if drawn else self._reevaluated)
+        keep = span_floor(seq.images, max(0, min(shared, last)))
+        self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
+        del cached[slot][keep:]
+        used[slot] = next(self._clock)
+        self._slot_keys[slot] = seq.lora
+        seq.slot, seq.fed = slot, keep
+        seq.out.builder.cached_tokens = keep
+        if seq.prompt_top is None:
+            self._stats.count_prompt_cache(keep)
+        running[slot] = seq
 
     def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:
         """The next sequence, when none runs. Before waiting, the slots a new prompt is likely to
@@ -432,14 +464,13 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     # -- LoRA adapters (lora.py): loaded and freed on the scheduler thread ------------------------
 
     async def load_adapter(self, name: str, path: str) -> None:
-        model = loaded(self._model)
-        await self._on_scheduler(lambda: self._lora.load(model.llm._model.model, name, path))
+        model = loaded(self._model).llm._model.model
+        await self._on_scheduler(lambda: self._lora.register(model, self._ctx.ctx, name, path))
 
     async def unload_adapter(self, name: str) -> None:
         """Refused to new requests at once; the running ones finish under it, then it is freed."""
         loaded(self._model)
-        self._lora.unload(name)
-        await self._on_scheduler(lambda: None)  # the scheduler frees it between decodes
+        await self._on_scheduler(lambda: self._lora.unregister(self._ctx.ctx, name))
 
     def _on_scheduler(self, work: Callable[[], None]) -> asyncio.Future[None]:
         done: Future[None] = Future()
@@ -460,12 +491,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             else:
                 done.set_result(None)
 
-    def _free_retired(self, running: dict[int, RunningSequence]) -> None:
-        freed = self._lora.free_retired(self._ctx.ctx, (seq.lora for seq in running.values()))
-        for slot, key in enumerate(self._slot_keys):
-            if key and any(adapter in freed for adapter, _ in key):
-                self._slot_keys[slot] = None  # the address may come back as another adapter
-
     def _decode_batch(self, batch: Any) -> None:
         with self._stats.forward(batch.batch.n_tokens):
             rc = self._llama.llama_decode(self._ctx.ctx, batch.batch)
@@ -479,8 +504,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _fail(self, seq: RunningSequence, exc: BaseException) -> None:
         self._end(seq, decode_error(exc))
 
-    @staticmethod
-    def _end(seq: RunningSequence, error: BaseException | None = None) -> None:
-        """The scheduler is done with `seq`: free its sampler, end (or fail) its stream."""
+    def _end(self, seq: RunningSequence, error: BaseException | None = None) -> None:
+        """The scheduler is done with `seq`: free its sampler and its adapters, end (or fail) its
+        stream."""
+        if seq.holds_lora:
+            seq.holds_lora = False
+            self._lora.release(self._ctx.ctx, seq.lora)
         seq.sampler.close()
         seq.feed.close(error)

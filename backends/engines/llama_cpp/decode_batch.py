@@ -36,6 +36,7 @@ class RunningSequence:
     next_token: int | None = None  # sampled, not yet fed back
     first: bool = True  # nothing sampled yet: the next logits row is the prompt's last position
     lora: LoraKey = ()  # the LoRA adapter set it decodes under (lora.py); () the base model
+    holds_lora: bool = False  # acquired `lora` (its adapters are loaded and counted as in use)
     # Its prompt's images (vision.py): the pseudo ids of `prompt` at these spans are evaluated by
     # the projector, not fed as tokens.
     images: tuple[ImageSpan, ...] = ()

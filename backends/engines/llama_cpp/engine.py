@@ -65,7 +65,9 @@ class LlamaCppEngine(LlamaModelEngine):
         rank: bool = False,
         reasoning: ReasoningConfig | None = None,
         name: str = "this model",
+        max_loras: int | None = None,
     ) -> None:
+        """`max_loras`: LoRA adapters kept loaded at once (`lora.py`; None: all)."""
         super().__init__()
         self._name = name
         self._reasoning = reasoning
@@ -80,9 +82,9 @@ class LlamaCppEngine(LlamaModelEngine):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-cpp")
         self._model: LlamaModel | None = None
         self._reevaluated = prefix_reuse.REEVALUATED
-        self._lora = LoraAdapters()
-        # The adapter set the context's cached prompt was evaluated under (None: unknown, reuse nothing).
-        self._cache_key: LoraKey | None = ()
+        self._lora = LoraAdapters(max_loras)
+        # The adapter set the context's cached prompt was evaluated under.
+        self._cache_key: LoraKey = ()
 
     async def start(self) -> None:
         if self._rank:
@@ -156,10 +158,28 @@ class LlamaCppEngine(LlamaModelEngine):
     def _decode_tokens(
         self, model: LlamaModel, request: GenerateRequest, job: Prepared, feed: ThreadFeed[Delta]
     ) -> None:
-        llm, sampling, cancel = model.llm, request.sampling, feed.cancel
+        llm = model.llm
         seq = SequenceOutput(llm, request, job, feed.put, self._stats)
         key = self._lora.key(request.lora)
-        self._lora.apply(llm._ctx.ctx, key)
+        # One sequence at a time: nothing else holds an adapter, so there is always room.
+        if not self._lora.acquire(llm._model.model, llm._ctx.ctx, key):
+            raise RuntimeError("no room for the request's LoRA adapters")
+        try:
+            self._lora.apply(llm._ctx.ctx, key)
+            self._decode_under(model, request, job, feed, seq, key)
+        finally:
+            self._lora.release(llm._ctx.ctx, key)
+
+    def _decode_under(
+        self,
+        model: LlamaModel,
+        request: GenerateRequest,
+        job: Prepared,
+        feed: ThreadFeed[Delta],
+        seq: SequenceOutput,
+        key: LoraKey,
+    ) -> None:
+        llm, sampling, cancel = model.llm, request.sampling, feed.cancel
         same_adapters, self._cache_key = self._cache_key == key, key
         if sampling.prompt_logprobs is not None:
             seq.builder.prompt_logprobs = logprobs.eval_prompt_with_logprobs(
@@ -188,19 +208,16 @@ class LlamaCppEngine(LlamaModelEngine):
         if self._embedding:
             raise BadRequestError("LoRA adapters need a generation model.", param="lora_name")
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._lora.load, llm._model.model, name, path)
+        await loop.run_in_executor(
+            self._executor, self._lora.register, llm._model.model, llm._ctx.ctx, name, path
+        )
 
     async def unload_adapter(self, name: str) -> None:
         """Refused to new requests at once; freed on the engine thread once the decode in progress
         (the only one: one sequence at a time) is over."""
         llm = loaded(self._model).llm
-        self._lora.unload(name)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._free_retired, llm)
-
-    def _free_retired(self, llm: Any) -> None:
-        self._lora.free_retired(llm._ctx.ctx)
-        self._cache_key = None  # a freed adapter's address may come back as another adapter's
+        await loop.run_in_executor(self._executor, self._lora.unregister, llm._ctx.ctx, name)
 
     # -- embeddings ---------------------------------------------------------------------------
 

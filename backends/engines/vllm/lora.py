@@ -67,7 +67,7 @@ class VllmAdapters:
         if not lora:
             return None
         if len(lora) > 1:
-            raise BadRequestError("vLLM applies one LoRA adapter per request.", param="model")
+            raise BadRequestError("vLLM applies one LoRA adapter per request.", param="lora")
         name, scale = lora[0]
         request = self._by_name.get(name)
         if request is None:

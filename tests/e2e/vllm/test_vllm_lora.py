@@ -14,12 +14,14 @@ import pytest
 
 from tests.support.lora import LoraGateway, build_adapters, peft_folders
 from tests.support.suites.lora import (  # noqa: F401
+    test_adapters_take_turns_beyond_max_loras,
     test_an_adapter_changes_the_answer_on_every_endpoint,
     test_bad_adapter_requests_are_refused_by_name,
     test_load_and_unload_at_run_time,
     test_metrics_per_adapter,
     test_mixed_adapters_at_once_each_get_their_own,
     test_models_list_adapters_with_their_parent,
+    test_per_request_lora_scales_as_llama_server_takes_them,
     test_the_cli_loads_and_unloads,
 )
 from tests.support.vllm import VllmDeployment

@@ -88,6 +88,9 @@ def test_an_adapter_changes_the_answer_on_every_endpoint(
         return r.output_text
 
     assert response(A) != response(BASE)
+    # The same prompt and greedy settings through Responses: the same answer as chat's (the model's
+    # `defaults:`, a repetition penalty here, apply on every endpoint alike).
+    assert response(A) == a and response(BASE) == base
 
     with anthropic.Anthropic(base_url=lora_gateway.url, api_key="unused", max_retries=0) as claude:
 
@@ -245,3 +248,54 @@ def test_metrics_per_adapter(lclient: openai.OpenAI, lora_gateway: LoraGateway) 
     mine = [line for line in rows if f'lora_name="{A}"' in line and f'model_name="{BASE}"' in line]
     assert mine and float(mine[0].rsplit(" ", 1)[1]) >= 1, rows
     assert any(line.startswith("raygate:lora_generation_tokens_total{") for line in text.splitlines())
+
+
+def test_per_request_lora_scales_as_llama_server_takes_them(
+    lclient: openai.OpenAI, lora_gateway: LoraGateway, backend: str
+) -> None:
+    """llama-server's `lora: [{"id": N, "scale": s}]` (ids from `GET /lora-adapters`, or by name)
+    replaces the adapter `model` names: scale 0 is the base model's answer, scale 1 the
+    adapter's; vLLM takes no other scale (400 naming the field)."""
+    listed = httpx.get(f"{lora_gateway.url}/lora-adapters", params={"model": BASE}, timeout=30)
+    assert listed.status_code == 200, listed.text
+    ids = {entry["name"]: entry["id"] for entry in listed.json()}
+    assert {A, B} <= set(ids) and all(entry["model"] == BASE for entry in listed.json())
+    base, a = chat(lclient, BASE), chat(lclient, A)
+
+    def with_lora(model: str, lora: list[dict[str, Any]]) -> str:
+        r = lclient.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": PROMPT}], extra_body={"lora": lora}, **GREEDY
+        )
+        return r.choices[0].message.content or ""
+
+    assert with_lora(A, [{"id": ids[A], "scale": 0}]) == base
+    assert with_lora(A, []) == base
+    assert with_lora(BASE, [{"id": ids[A], "scale": 1}]) == a
+    assert with_lora(BASE, [{"name": A, "scale": 1.0}]) == a
+
+    def completion(model: str, **extra: Any) -> str:
+        r = lclient.completions.create(model=model, prompt="Once upon a time, a cat", **extra, **GREEDY)
+        return r.choices[0].text
+
+    assert completion(BASE, extra_body={"lora": [{"id": ids[A], "scale": 1}]}) == completion(A)
+    for bad, param in (([{"id": 99}], "lora[0].id"), ([{"name": "nope"}], "lora[0].name")):
+        with pytest.raises(openai.BadRequestError) as caught:
+            with_lora(BASE, bad)
+        assert caught.value.body["param"] == param  # type: ignore[index]
+    if backend == "vllm":
+        with pytest.raises(openai.BadRequestError) as caught:
+            with_lora(BASE, [{"id": ids[A], "scale": 0.5}])
+        assert caught.value.body["param"] == "lora[0].scale"  # type: ignore[index]
+    else:
+        half = with_lora(BASE, [{"id": ids[A], "scale": 0.5}])
+        assert with_lora(BASE, [{"id": ids[A], "scale": 0.5}]) == half  # cached by (adapter, scale)
+        assert with_lora(BASE, [{"id": ids[A], "scale": 1}]) == a
+
+
+def test_adapters_take_turns_beyond_max_loras(lclient: openai.OpenAI) -> None:
+    """Requests alternating between the two adapters each get their own adapter's answer: on
+    llama.cpp the gateway holds one adapter at a time (`lora: {max_loras: 1}`), so each request
+    reads its adapter back from its file, evicting the other (vLLM swaps adapters itself)."""
+    own = {m: chat(lclient, m) for m in (A, B)}
+    for model in (A, B, A, B):
+        assert chat(lclient, model) == own[model]
