@@ -123,12 +123,14 @@ async def test_an_interval_of_faults_under_mixed_traffic(chaos: Chaos) -> None:
     verdict = Verdict(chaos.traffic.outcomes, chaos.windows, list(watch.series.values()), t0 + MINUTES * 20)
     report = f"chaos: {MINUTES:g} min at c={CONCURRENCY}, a fault every {EVERY_S:.0f} s\n\n{verdict.table()}"
     print(report)
+    violations = verdict.violations()
     if path := os.environ.get("RAYGATE_CHAOS_REPORT"):
-        Path(path).write_text(report + "\n")
+        listed = "\n".join(f"- {v}" for v in violations) or "none"
+        Path(path).write_text(f"{report}\n\nViolations ({len(violations)}):\n{listed}\n")
 
     # Each fault waits for the last to heal: on a loaded machine five minutes hold three or four.
     assert len(chaos.windows) >= min(3, len(FAULTS)), report
-    assert not verdict.violations(), "\n".join(verdict.violations()[:30]) + "\n\n" + report
+    assert not violations, "\n".join(violations[:30]) + "\n\n" + report
     # Intact afterwards: the same deployments, all ready; every stored response still there.
     listed = await chaos.deployments()
     assert set(listed) == {"chaos-chat", "chaos-embed"}

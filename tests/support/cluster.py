@@ -75,6 +75,7 @@ class LocalCluster:
     address: str = ""
     env: dict[str, str] = field(default_factory=dict)  # for every node, over this process's
     nodes: list[RayNode] = field(default_factory=list)
+    starts: int = 0  # `ray start`s so far, each given its own temp dir
 
     def _start(self, name: str, args: list[str], timeout: float = 600) -> RayNode:
         """`ray start` for one node, started again when its raylet died during the start (Ray
@@ -98,8 +99,11 @@ class LocalCluster:
             "--metrics-export-port",
             str(free_port()),
         ]
-        # Short: Ray's unix socket paths under it must stay within ~107 characters.
-        temp_dir = self.root / f"{name[0]}{len(self.nodes)}{attempt}"
+        # Short: Ray's unix socket paths under it must stay within ~107 characters. A new one for
+        # every start: in a used one, `_raylet_died` would read a predecessor's fatal raylet line
+        # and give the new node up at once.
+        self.starts += 1
+        temp_dir = self.root / f"{name[0]}{self.starts}"
         proc = subprocess.Popen(
             [
                 str(RAY),

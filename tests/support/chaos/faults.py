@@ -8,6 +8,7 @@ controller is `ray::Controller`, a replica is a `ModelWorker` that maps its mode
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import signal
@@ -115,10 +116,21 @@ class Chaos:
         side = self.cluster.nodes[1]
         side.signal(signal.SIGKILL)  # the raylet and everything on it at once
         await asyncio.to_thread(side.stop)  # reaps it and closes its log
-        await asyncio.sleep(10)  # the cluster notices the node is gone (health checks, ~2 s)
-        await asyncio.to_thread(self.cluster.add_node, "side", 1, self.side_resources)
         self.cluster.nodes.remove(side)
-        return "side node SIGKILLed, a new raylet with its resources 10 s later"
+        await asyncio.sleep(10)  # the cluster notices the node is gone (health checks, ~2 s)
+        # As an operator would: the node is started again until it is back (a raylet start can fail
+        # on a starved machine), and the fault's window stays open until then.
+        deadline = time.monotonic() + HEAL_TIMEOUT_S
+        for tries in itertools.count(1):
+            try:
+                await asyncio.to_thread(self.cluster.add_node, "side", 1, self.side_resources)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(10)
+                continue
+            return f"side node SIGKILLed, a new raylet with its resources 10 s later ({tries} tries)"
+        raise AssertionError("unreachable")
 
     async def controller_killed(self) -> str:
         (victim,) = self.processes("ray::Controller")

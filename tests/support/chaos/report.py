@@ -65,7 +65,8 @@ class Verdict:
             elif o.status >= 500 and not in_window(o, self.windows):
                 found.append(f"{o.status} {o.code} outside a fault's window: {o.api} {o.detail}")
         found.extend(f"not healed: {w.fault} ({w.note})" for w in self.windows if w.healed is None)
-        return found
+        # Losses first: a flood of one kind of refusal must not push them out of a shortened list.
+        return sorted(found, key=lambda line: not line.startswith((SILENT, HUNG)))
 
     def table(self) -> str:
         by_api: dict[str, Counter[str]] = {}
