@@ -177,6 +177,8 @@ class ModelHandle:
             request_id=self._engine_id(request.request_id),
             lora=self._lora,
             trace=trace.carrier(span) if trace is not None and span is not None else None,
+            priority=self._ticket.priority,
+            background=self._ctx.batch,
         )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)

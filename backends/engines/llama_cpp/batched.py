@@ -52,6 +52,7 @@ a sequence asks for them on each prompt token it feeds, and does not reuse a cac
 from __future__ import annotations
 
 import asyncio
+import bisect
 import ctypes
 import itertools
 import queue
@@ -135,6 +136,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
+        self._arrivals = itertools.count()
+        # Sequences waiting for a slot, in `RunningSequence.queue_key` order (scheduler thread only).
+        self._pending: list[RunningSequence] = []
         self._reevaluated = prefix_reuse.REEVALUATED
         self._kept = KeptLogits(self._n_seq)
 
@@ -185,6 +189,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
                 seq.lora = self._lora.key(request.lora)
                 seq.images = job.images
+                seq.rank = request.rank
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
@@ -330,45 +335,98 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return llama_cpp
 
     def _admit(self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]) -> None:
-        """Take waiting sequences into free slots; block only when nothing runs."""
-        while len(running) < self._n_seq:
+        """Take waiting sequences into free slots, best class first (`_take_incoming`); a sequence
+        that finds none takes the slot of a running one of a worse class (`_preempt`)."""
+        self._take_incoming(running, cached, used)
+        while self._pending:
+            seq = self._pending[0]
+            if seq.cancel.is_set():
+                self._pending.pop(0)
+                self._finish(seq, "abort")
+                continue
+            if len(running) >= self._n_seq:
+                victim = self._victim(running, seq)
+                if victim is None:
+                    return
+                self._preempt(victim, running, cached)
+            self._pending.pop(0)
+            self._place(seq, running, cached, used)
+
+    def _take_incoming(
+        self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]
+    ) -> None:
+        """Move the sequences handed over since the last step into `_pending`; block for one only
+        when nothing runs or waits."""
+        while True:
             try:
-                seq = self._incoming.get_nowait() if running else self._wait(cached, used)
+                idle = not running and not self._pending
+                seq = self._wait(cached, used) if idle else self._incoming.get_nowait()
             except queue.Empty:
                 return
             if seq is None:
                 self._run_commands()
                 continue
-            drawn = not seq.first  # its first token came from kept logits (`generate`)
-            if seq.cancel.is_set():
-                self._finish(seq, "abort")
-                continue
-            free = [s for s in range(self._n_seq) if s not in running]
-            slot = pick_slot(free, cached, used, seq.prompt, running)
-            # Prompt logprobs need every position's logits: nothing cached can be reused.
-            reuse = self._prompt_cache and seq.prompt_top is None
-            same = self._slot_keys[slot] == seq.lora
-            shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
-            entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
-            if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
-                self._store_slot(slot, cached[slot])  # what the prompt would overwrite
-            if entry is not None and stored > shared + STORE_MIN_TOKENS:
-                shared = self._restore(slot, cached, entry, stored)
-            # A drawn first token needs no logits: the prompt's cells are all it needs, and a
-            # slot evicted since evaluates the rest without them. Otherwise the last token (or
-            # two) is evaluated again for its logits; never below 0: a prompt shorter than the
-            # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
-            last = len(seq.prompt) - (0 if drawn else self._reevaluated)
-            keep = span_floor(seq.images, max(0, min(shared, last)))
-            self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
-            del cached[slot][keep:]
-            used[slot] = next(self._clock)
-            self._slot_keys[slot] = seq.lora
-            seq.slot, seq.fed = slot, keep
+            seq.order = next(self._arrivals)
+            bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+
+    @staticmethod
+    def _victim(running: dict[int, RunningSequence], seq: RunningSequence) -> int | None:
+        """The slot `seq` may take from a running sequence, as vLLM's priority scheduling does: the
+        worst class, then the latest arrival, of those ranked below `seq`; None if none is."""
+        below = [slot for slot, other in running.items() if other.rank > seq.rank and other.preemptable]
+        if not below:
+            return None
+        return max(below, key=lambda slot: running[slot].queue_key())
+
+    def _preempt(self, slot: int, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
+        """Take `slot` from its sequence, which waits again with its arrival kept. Nothing it did is
+        lost: its prompt becomes every token its cells hold (the prompt and what it generated; the
+        token it sampled last stays its next), and its cells stay in the slot until the new sequence
+        overwrites them, being copied to the host store first (`_place`), from where it resumes."""
+        seq = running.pop(slot)
+        if seq.fed >= len(seq.prompt):
+            seq.prompt = list(cached[slot])
+        seq.fed, seq.slot, seq.resumed = 0, -1, True
+        self._stats.preemptions_total += 1
+        bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+
+    def _place(
+        self,
+        seq: RunningSequence,
+        running: dict[int, RunningSequence],
+        cached: list[list[int]],
+        used: list[int],
+    ) -> None:
+        """Put `seq` in the free slot that serves its prompt best, reusing what the slot (or the host
+        store) holds of it."""
+        drawn = not seq.first  # its first token came from kept logits (`generate`), or it resumes
+        free = [s for s in range(self._n_seq) if s not in running]
+        slot = pick_slot(free, cached, used, seq.prompt, running)
+        # Prompt logprobs need every position's logits: nothing cached can be reused.
+        reuse = self._prompt_cache and seq.prompt_top is None
+        same = self._slot_keys[slot] == seq.lora
+        shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
+        entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
+        if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
+            self._store_slot(slot, cached[slot])  # what the prompt would overwrite
+        if entry is not None and stored > shared + STORE_MIN_TOKENS:
+            shared = self._restore(slot, cached, entry, stored)
+        # A drawn first token needs no logits: the prompt's cells are all it needs, and a
+        # slot evicted since evaluates the rest without them. Otherwise the last token (or
+        # two) is evaluated again for its logits; never below 0: a prompt shorter than the
+        # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
+        last = len(seq.prompt) - (0 if drawn else self._reevaluated)
+        keep = span_floor(seq.images, max(0, min(shared, last)))
+        self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
+        del cached[slot][keep:]
+        used[slot] = next(self._clock)
+        self._slot_keys[slot] = seq.lora
+        seq.slot, seq.fed = slot, keep
+        if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
             seq.out.builder.cached_tokens = keep
             if seq.prompt_top is None:
                 self._stats.count_prompt_cache(keep)
-            running[slot] = seq
+        running[slot] = seq
 
     def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:
         """The next sequence, when none runs. Before waiting, the slots a new prompt is likely to
