@@ -146,7 +146,7 @@ def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway:
     and the preempted lines resume where they stopped, so every line still completes in full."""
     model = CHAT_MODEL
     with sdk(gateway.url, "unused") as client:
-        body = {"model": model, "max_tokens": 64, "ignore_eos": True}
+        body = {"model": model, "max_tokens": 32, "ignore_eos": True}
         lines = [
             line(
                 f"long-{i}",
@@ -162,7 +162,7 @@ def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway:
             timeout=120,
             what="the batch on every slot",
         )
-        for i in range(3):
+        for i in range(2):
             reply = client.chat.completions.create(
                 model=model, messages=[{"role": "user", "content": f"Say hi {i}."}], max_tokens=4
             )
@@ -173,7 +173,7 @@ def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway:
         assert (done.request_counts.completed, done.request_counts.failed) == (8, 0)
         answers = results(client, done.output_file_id)
         assert len(answers) == 8
-        assert all(a["response"]["body"]["usage"]["completion_tokens"] == 64 for a in answers.values())
+        assert all(a["response"]["body"]["usage"]["completion_tokens"] == 32 for a in answers.values())
 
 
 def test_a_line_whose_replica_is_killed_runs_once_more(ops_gateway: GatewayProcess) -> None:
