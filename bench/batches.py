@@ -48,7 +48,11 @@ ROUNDS = 3
 QUICK = {"lines": 20, "seconds": 8.0, "rounds": 1}
 
 
-def workload(model: str) -> Workload:
+def workload(model: str, unique: bool = True) -> Workload:
+    """The interactive loop's request. `unique` (the default): each request's message starts with
+    its own number, as real users' prompts differ; with one repeated prompt the engine draws every
+    first token from the logits it kept (`kept_logits.py`), so "alone" measures no engine work at all
+    and any work a batch adds shows as the whole of the TTFT (`--repeated`)."""
     return Workload(
         "/chat/completions",
         {
@@ -59,6 +63,7 @@ def workload(model: str) -> Workload:
             "stream": True,
             "stream_options": {"include_usage": True},
         },
+        unique=unique,
     )
 
 
@@ -84,9 +89,11 @@ def generated(url: str, model: str) -> float:
     return metric(text, "raygate:generation_tokens_total", model_name=model) or 0.0
 
 
-async def _loop(url: str, model: str, concurrency: int, seconds: float) -> dict[str, Any]:
+async def _loop(
+    url: str, model: str, concurrency: int, seconds: float, unique: bool = True
+) -> dict[str, Any]:
     results, wall = await run_http(
-        f"{url}/v1", workload(model), concurrency=concurrency, requests=10**9, max_seconds=seconds
+        f"{url}/v1", workload(model, unique), concurrency=concurrency, requests=10**9, max_seconds=seconds
     )
     summary = summarize(results, wall)
     return {
@@ -141,19 +148,24 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 async def measure(
-    url: str, lines: int = LINES, seconds: float = SECONDS, model: str = MODEL, rounds: int = ROUNDS
+    url: str,
+    lines: int = LINES,
+    seconds: float = SECONDS,
+    model: str = MODEL,
+    rounds: int = ROUNDS,
+    unique: bool = True,
 ) -> dict[str, Any]:
-    capacities = [await _loop(url, model, CAPACITY_CONCURRENCY, seconds)]
+    capacities = [await _loop(url, model, CAPACITY_CONCURRENCY, seconds, unique)]
     log.info("batches: capacity %.1f tokens/s", capacities[0]["tokens_per_s"])
     runs: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=url, timeout=300) as http:
         for i in range(rounds):
             load_before = os.getloadavg()[0]
-            alone = await _loop(url, model, CONCURRENCY, seconds)
+            alone = await _loop(url, model, CONCURRENCY, seconds, unique)
             batch_id = await _batch(http, model, lines)
             before = await asyncio.to_thread(generated, url, model)
             started = time.perf_counter()
-            during = await _loop(url, model, CONCURRENCY, seconds)
+            during = await _loop(url, model, CONCURRENCY, seconds, unique)
             window = time.perf_counter() - started
             after = await asyncio.to_thread(generated, url, model)
             batch = await _cancel(http, batch_id)
@@ -178,7 +190,7 @@ async def measure(
                 batch_tps,
                 os.getloadavg()[0],
             )
-    capacities.append(await _loop(url, model, CAPACITY_CONCURRENCY, seconds))
+    capacities.append(await _loop(url, model, CAPACITY_CONCURRENCY, seconds, unique))
     capacity = statistics.median(c["tokens_per_s"] for c in capacities)
     for run in runs:
         left = max(capacity - run["with_batch"]["tokens_per_s"], 1e-9)
@@ -186,6 +198,7 @@ async def measure(
         run["spare_used"] = run["batch_tokens_per_s"] / left
     row = {
         "model": model,
+        "prompts": "unique" if unique else "repeated",
         "lines": lines,
         "seconds": seconds,
         "rounds": runs,
@@ -227,7 +240,7 @@ def markdown(row: dict[str, Any]) -> str:
             "| ratio (≤ 1.2) "
             "| capacity tok/s | interactive tok/s with batch | batch tok/s | spare used (≥ 80 %) | load 1m |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            f"| {row['model']}, c={CONCURRENCY}, {row['lines']} lines, "
+            f"| {row['model']}, c={CONCURRENCY}, {row['prompts']} prompts, {row['lines']} lines, "
             f"{len(row['rounds'])} x {row['seconds']:.0f} s "
             f"| {spread(row['ttft_p50_alone_ms'], '{:.0f}')} ms "
             f"| {spread(row['ttft_p50_with_batch_ms'], '{:.0f}')} ms "
@@ -246,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=LINES)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="alone / with-batch rounds")
+    parser.add_argument(
+        "--repeated", action="store_true", help="one repeated interactive prompt (kept logits)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="20 lines, 8 s loops, 1 round: check that it runs"
     )
