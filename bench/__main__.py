@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     batch_row = None
     if not args.only or "batches" in args.only:
         batch_row = (
-            dict(batches.QUICK) if args.quick else {"lines": batches.LINES, "seconds": batches.SECONDS}
+            dict(batches.QUICK)
+            if args.quick
+            else {"lines": batches.LINES, "seconds": batches.SECONDS, "rounds": batches.ROUNDS}
         )
     with tempfile.TemporaryDirectory(prefix="raygate-bench-") as logs:
         record = run(scenarios, Path(logs), memory, with_rerank, batch_row)

@@ -53,6 +53,19 @@ class Workload:
         if not self.unique:
             payload = json.dumps(self.body).encode()
             return lambda: payload
+        if "prompt" not in self.body:  # chat: the last message's text carries the number
+            *earlier, last = self.body["messages"]
+            text = str(last["content"])
+            text = text if UNIQUE_MARK in text else f"{UNIQUE_MARK}. {text}"
+            return lambda: json.dumps(
+                {
+                    **self.body,
+                    "messages": [
+                        *earlier,
+                        {**last, "content": text.replace(UNIQUE_MARK, str(next(_NUMBERS)))},
+                    ],
+                }
+            ).encode()
         prompt = str(self.body["prompt"])
         if UNIQUE_MARK not in prompt:  # the number leads: nothing of the prompt is shared
             prompt = f"{UNIQUE_MARK}. {prompt}"

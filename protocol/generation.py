@@ -190,6 +190,17 @@ class GenerateRequest:
     include_reasoning: bool = True
     # The OpenTelemetry trace this engine call belongs to (None: tracing off; docs/tracing.md).
     trace: TraceCarrier | None = None
+    # Scheduling class inside the engine (`rank`): vLLM's `priority` (lower first), and whether the
+    # sequence is a batch line (`/v1/batches`), a class below every interactive request whatever
+    # its `priority`. The batched llama.cpp engine admits waiting sequences in this order and
+    # preempts a running batch line for an interactive sequence that finds no free slot.
+    priority: int = 0
+    background: bool = False
+
+    @property
+    def rank(self) -> tuple[bool, int]:
+        """The engine's scheduling order: interactive before batch, then `priority`."""
+        return (self.background, self.priority)
 
     def chat_template_kwargs(self) -> dict[str, Any]:
         """What the chat template is rendered with besides the messages."""

@@ -348,10 +348,11 @@ class Settings:
         group=BATCHES,
     )
     batch_max_running: int = setting(
-        4,
+        8,
         env="RAYGATE_BATCH_MAX_RUNNING",
         help="batch lines this gateway runs at once (all models); 0 runs none here. Lines also "
-        "wait while interactive requests wait for the same model",
+        "wait while interactive requests wait for the same model, and take only the engine slots "
+        "interactive traffic leaves free",
         group=BATCHES,
     )
     batch_lease_s: float = setting(

@@ -107,6 +107,9 @@ class EngineStats:
     # Prompts seen exactly before, whose first token was drawn from the logits kept at their last
     # position then, with no decode (the batched engine).
     prompt_cache_logits_reused_total: int = 0
+    # Running sequences whose slot went to a waiting one of a better class (a batch line's, to an
+    # interactive request: the batched engine); each resumed later where it stopped.
+    preemptions_total: int = 0
     # The llama.cpp engines' forward passes (`llama_decode`): how many, the tokens they carried and
     # the wall time inside them. Against the replica's wall time this splits serving from compute
     # under real load (a pass of 8 sequences slows when other work preempts its threads).

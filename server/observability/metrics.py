@@ -218,6 +218,11 @@ class GatewayMetrics:
                     "prompt_cache_logits_reused_total",
                     "Requests whose prompt came before: the first token from its kept logits, no decode.",
                 ),
+                (
+                    "preemptions_total",
+                    "Running sequences whose slot went to a waiting request of a better class (a batch "
+                    "line's, to an interactive request); each resumes where it stopped.",
+                ),
                 ("forward_passes_total", "llama.cpp forward passes (llama_decode calls)."),
                 (
                     "forward_tokens_total",

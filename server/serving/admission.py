@@ -15,6 +15,14 @@ none). Batch lines (`server/serving/batch_runner.py`) form a class below every i
 request: they start only while no interactive request waits for the model, whatever their
 `priority`; they are never refused with 429 (the runner bounds how many it starts) and never
 count towards `max_waiting`, so a batch cannot fill the queue interactive requests need.
+
+Batch lines also take only the engine slots interactive traffic leaves free, on every model, with
+or without `max_running`: the model's slots (`slots`: its ready replicas times the sequences each
+decodes at once, `engine_slots`) minus the most interactive requests that ran at once over the
+last `PEAK_WINDOW_S` seconds. A closed loop of 4 clients on 8 slots leaves the batch 4, which it
+keeps while the loop's requests come and go (no line starts in the instant between one
+interactive request and the next, only to be preempted); a burst past the peak finds every slot
+taken and preempts a batch line in the engine (`backends/engines/llama_cpp/batched.py`).
 """
 
 from __future__ import annotations
@@ -26,12 +34,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raygate.protocol.config import ModelLimits
+from raygate.protocol.config import ModelConfig, ModelLimits
 from raygate.protocol.errors import RateLimitError
 
 # Weight of the newest duration in the running average behind `Retry-After`.
 _EWMA_ALPHA = 0.2
 _MAX_RETRY_AFTER = 60
+# How long the most interactive requests seen running at once holds back batch lines' room.
+PEAK_WINDOW_S = 5.0
+
+
+def engine_slots(config: ModelConfig) -> int | None:
+    """Sequences one replica decodes at once: llama.cpp's `n_seq_max` (1 without it), vLLM's
+    `max_num_seqs` when set; None where there is no such bound (vLLM's default, synthetic)."""
+    if config.backend == "llama_cpp":
+        return int(config.engine.get("n_seq_max", 1))
+    if config.backend == "vllm" and "max_num_seqs" in config.engine:
+        return int(config.engine["max_num_seqs"])
+    return None
 
 
 @dataclass(eq=False)
@@ -79,6 +99,12 @@ class ModelGate:
     running: int = 0
     waiting: int = 0
     batch_waiting: int = 0  # of `waiting`: batch lines
+    batch_running: int = 0  # of `running`: batch lines
+    # The model's engine slots over its ready replicas (`engine_slots`), None: unbounded.
+    slots: int | None = None
+    peak: int = 0  # the most interactive requests running at once lately (`interactive_peak`)
+    peak_at: float = 0.0
+    _timer: asyncio.TimerHandle | None = None
     avg_seconds: float = 1.0
     _queue: list[Ticket] = field(default_factory=list)  # sorted by `Ticket.rank`
     _arrivals: itertools.count[int] = field(default_factory=itertools.count)
@@ -119,21 +145,61 @@ class ModelGate:
         estimate = self.avg_seconds * (self.waiting + 1) / slots
         return max(1, min(_MAX_RETRY_AFTER, math.ceil(estimate)))
 
+    def interactive_peak(self, now: float) -> int:
+        """The most interactive requests running at once within the last `PEAK_WINDOW_S` seconds
+        (a high-water mark that falls to the current count once that long has passed)."""
+        current = self.running - self.batch_running
+        if current >= self.peak or now - self.peak_at >= PEAK_WINDOW_S:
+            self.peak, self.peak_at = current, now
+        return self.peak
+
+    def batch_room(self, now: float) -> int:
+        """Batch lines that may start now on slots interactive traffic leaves free (module docstring)."""
+        if self.slots is None:
+            return 1
+        return self.slots - self.interactive_peak(now) - self.batch_running
+
     def _may_start(self, ticket: Ticket) -> bool:
-        """A free running slot, and for a batch line no interactive request waiting."""
+        """A free running slot; for a batch line also no interactive request waiting and an engine
+        slot interactive traffic leaves free."""
         max_running = self.limits.max_running
         if max_running is not None and self.running >= max_running:
             return False
-        return not ticket.batch or self.interactive_waiting == 0
+        if not ticket.batch:
+            return True
+        if self.interactive_waiting:
+            return False
+        now = asyncio.get_running_loop().time()
+        if self.batch_room(now) > 0:
+            return True
+        if self.peak > self.running - self.batch_running:
+            self._recheck_at(self.peak_at + PEAK_WINDOW_S)  # the peak lapses: look again then
+        return False
+
+    def _recheck_at(self, when: float) -> None:
+        if self._timer is None or self._timer.when() > when:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(when, self._recheck)
+
+    def _recheck(self) -> None:
+        self._timer = None
+        self._start_waiting()
+        self.on_change(self)
 
     def _start(self, ticket: Ticket) -> None:
         self.running += 1
-        ticket.started = asyncio.get_running_loop().time()
+        self.batch_running += ticket.batch
+        loop = asyncio.get_running_loop()
+        ticket.started = loop.time()
+        if not ticket.batch:
+            self.interactive_peak(ticket.started)
         ticket.admitted.set_result(None)
 
     def _release(self, ticket: Ticket) -> None:
         if ticket.admitted.done():
             self.running -= 1
+            self.batch_running -= ticket.batch
             elapsed = asyncio.get_running_loop().time() - ticket.started
             self.avg_seconds += _EWMA_ALPHA * (elapsed - self.avg_seconds)
         else:  # still queued: the client gave up, or the request failed before its turn
@@ -141,12 +207,15 @@ class ModelGate:
             self.batch_waiting -= ticket.batch
             self._queue.remove(ticket)
             ticket.admitted.cancel()
+        self._start_waiting()
+        self.on_change(self)
+
+    def _start_waiting(self) -> None:
         while self._queue and self._may_start(self._queue[0]):
             head = self._queue.pop(0)
             self.waiting -= 1
             self.batch_waiting -= head.batch
             self._start(head)
-        self.on_change(self)
 
 
 @dataclass

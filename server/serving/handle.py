@@ -45,7 +45,7 @@ from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.tracing import RequestTrace, ended
 from raygate.server.observability.usage_metrics import KeyLabels, count_usage
-from raygate.server.serving.admission import Admission, Ticket
+from raygate.server.serving.admission import Admission, Ticket, engine_slots
 from raygate.server.settings import Settings
 
 if TYPE_CHECKING:
@@ -177,6 +177,8 @@ class ModelHandle:
             request_id=self._engine_id(request.request_id),
             lora=self._lora,
             trace=trace.carrier(span) if trace is not None and span is not None else None,
+            priority=self._ticket.priority,
+            background=self._ctx.batch,
         )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
@@ -356,6 +358,8 @@ def open_model(
     admission: Admission = state.admission
     metrics: GatewayMetrics = state.metrics
     gate = admission.gate(router.config.name, router.config.limits)
+    per_replica = engine_slots(router.config)
+    gate.slots = None if per_replica is None else per_replica * max(1, len(router.replicas))
     priority = ctx.priority
     if priority is None:
         priority = ctx.key.priority if ctx.key is not None and ctx.key.priority is not None else 0

@@ -23,7 +23,7 @@ import ray
 from raygate.backends.cluster.stores.batches import STORE_NAME
 from tests.support.admin import SMOLLM, raygate
 from tests.support.gateway import GatewayProcess, start_gateway
-from tests.support.models import EMBED_MODEL
+from tests.support.models import CHAT_MODEL, EMBED_MODEL
 from tests.support.ops import ADMIN_KEY, SMOLLM_KEY, metric, scrape, wait_for
 from tests.support.release import release_namespace
 from tests.support.replicas import replica_actors
@@ -115,8 +115,8 @@ def test_a_server_error_is_retried_once_then_kept_in_the_error_file(ops_gateway:
 
 
 def test_batch_lines_never_take_the_queue_from_interactive_requests(ops_gateway: GatewayProcess) -> None:
-    """`synth-queue` runs 2 requests and queues 2 more, then answers 429. A batch on it has 4 lines
-    out at a time (the runner's default): 2 running, 2 waiting in a class below interactive
+    """`synth-queue` runs 2 requests and queues 2 more, then answers 429. A batch on it has 8 lines
+    out at a time (the runner's default): 2 running, 6 waiting in a class below interactive
     traffic, which neither fills the queue clients need nor starts before them. So interactive
     requests sent while the batch runs are served, not refused."""
     with sdk(ops_gateway.url, ADMIN_KEY) as client:
@@ -136,6 +136,44 @@ def test_batch_lines_never_take_the_queue_from_interactive_requests(ops_gateway:
         done = wait_final(client, batch.id)
         assert done.status in ("cancelled", "completed")
         assert done.request_counts is not None and done.request_counts.failed == 0
+
+
+def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway: GatewayProcess) -> None:
+    """models/default.yaml's chat model as `make serve` runs it: one replica decoding 8 sequences
+    at once, no `limits`. With no interactive traffic every slot is spare, and a batch of 8 long
+    lines takes them all. Interactive requests sent then are not queued behind the lines: each
+    takes a batch line's slot at once (the engine preempts the line: `raygate:preemptions_total`),
+    and the preempted lines resume where they stopped, so every line still completes in full."""
+    model = CHAT_MODEL
+    with sdk(gateway.url, "unused") as client:
+        body = {"model": model, "max_tokens": 32, "ignore_eos": True}
+        lines = [
+            line(
+                f"long-{i}",
+                "/v1/chat/completions",
+                {**body, "messages": [{"role": "user", "content": f"Count from {i}."}]},
+            )
+            for i in range(8)
+        ]
+        before = metric(scrape(gateway.url), "raygate:preemptions_total", model_name=model) or 0
+        batch = submit(client, lines, "/v1/chat/completions")
+        wait_for(
+            lambda: (metric(scrape(gateway.url), "raygate:num_requests_running", model_name=model) or 0) >= 8,
+            timeout=120,
+            what="the batch on every slot",
+        )
+        for i in range(2):
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": f"Say hi {i}."}], max_tokens=4
+            )
+            assert reply.choices[0].finish_reason in ("stop", "length")
+        assert (metric(scrape(gateway.url), "raygate:preemptions_total", model_name=model) or 0) > before
+        done = wait_final(client, batch.id)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (8, 0)
+        answers = results(client, done.output_file_id)
+        assert len(answers) == 8
+        assert all(a["response"]["body"]["usage"]["completion_tokens"] == 32 for a in answers.values())
 
 
 def test_a_line_whose_replica_is_killed_runs_once_more(ops_gateway: GatewayProcess) -> None:

@@ -452,3 +452,33 @@ async def test_vllm_extensions_in_one_batch(batched: Engine) -> None:
     assert re.fullmatch(r"\d{3}-\d{4}", out[4].text), out[4].text
     assert out[5].text in {"red", "green"}
     assert out[6].text == " apple"
+
+
+async def test_an_interactive_request_preempts_a_batch_line_which_resumes_unchanged(batched: Engine) -> None:
+    """Every slot holds a batch line (`background`) that has begun to decode; an interactive request
+    takes one of their slots at once instead of waiting for a line to end, and the preempted line
+    resumes where it stopped: each line's greedy text is the one it gives alone."""
+    prompts = [f"Count upwards forever: {i}, {i + 1}, {i + 2}," for i in (1, 20, 300, 4000)]
+
+    def line(i: int) -> GenerateRequest:
+        sampling = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+        return GenerateRequest(f"line-{i}", sampling, prompt=prompts[i], background=True)
+
+    alone = [(await run(batched, line(i)))[0] for i in range(len(prompts))]
+    before = batched.stats().preemptions_total
+    started = [asyncio.Event() for _ in prompts]
+
+    async def read(i: int) -> str:
+        text, seen = "", 0
+        async for delta in batched.generate(line(i)):
+            text, seen = text + delta.text, seen + 1
+            if seen == 3:
+                started[i].set()
+        return text
+
+    lines = [asyncio.create_task(read(i)) for i in range(len(prompts))]
+    await asyncio.gather(*(event.wait() for event in started))
+    _, last = await run(batched, request(9, PROMPTS[1], max_tokens=8))
+    assert last.completion_tokens > 0
+    assert batched.stats().preemptions_total > before
+    assert await asyncio.gather(*lines) == alone

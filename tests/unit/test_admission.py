@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from raygate.protocol.config import ModelLimits
+from raygate.protocol.config import ModelConfig, ModelLimits, ModelSource
 from raygate.protocol.errors import RateLimitError
-from raygate.server.serving.admission import Admission, ModelGate
+from raygate.server.serving import admission
+from raygate.server.serving.admission import Admission, ModelGate, engine_slots
 
 
 def gate(max_running: int | None = None, max_waiting: int | None = None) -> ModelGate:
@@ -206,3 +207,69 @@ async def test_admission_keeps_one_gate_per_model_and_takes_new_limits() -> None
     t.release()
     assert set(adm.gates) == {"a", "b"}
     assert changes == ["a", "a", "a", "a"]
+
+
+# -- batch lines on engine slots (no max_running): the slots interactive traffic leaves free --
+
+
+async def test_batch_lines_take_only_the_slots_interactive_traffic_leaves() -> None:
+    g = gate()
+    g.slots = 8
+    interactive = [g.enter() for _ in range(4)]
+    lines = [g.enter(batch=True) for _ in range(6)]
+    assert [t.admitted.done() for t in lines] == [True] * 4 + [False] * 2
+    assert (g.running, g.batch_running, g.batch_waiting) == (8, 4, 2)
+    # An interactive request is never held by the slots: the engine preempts a batch line for it.
+    extra = g.enter()
+    assert extra.admitted.done() and g.running == 9
+    # A line ends: the next waits, since 5 interactive requests ran at once just now.
+    lines[0].release()
+    extra.release()
+    assert not lines[4].admitted.done()
+    # Another line ends: the peak (5) leaves 3 slots, 2 of which batch lines hold: one more starts.
+    lines[1].release()
+    assert lines[4].admitted.done() and not lines[5].admitted.done()
+    for t in [*interactive, *lines]:
+        t.release()
+    assert (g.running, g.waiting, g.batch_running) == (0, 0, 0)
+
+
+async def test_the_interactive_peak_lapses_and_batch_lines_take_the_room_it_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admission, "PEAK_WINDOW_S", 0.05)
+    g = gate()
+    g.slots = 2
+    a, b = g.enter(), g.enter()
+    a.release()
+    b.release()
+    line = g.enter(batch=True)
+    assert not line.admitted.done()  # 2 interactive requests ran at once a moment ago
+    await asyncio.wait_for(line.wait(), 5)  # the peak lapses with no other event: a timer looks again
+    assert g.batch_running == 1
+    line.release()
+
+
+async def test_batch_lines_wait_while_interactive_requests_wait() -> None:
+    g = gate(max_running=1)
+    g.slots = 4
+    first = g.enter()
+    queued = g.enter()
+    line = g.enter(batch=True)
+    first.release()
+    assert queued.admitted.done() and not line.admitted.done()
+    queued.release()
+    assert line.admitted.done()
+    line.release()
+
+
+def test_engine_slots_by_backend() -> None:
+    def config(backend: str, **engine: object) -> ModelConfig:
+        source = None if backend == "synthetic" else ModelSource(path="m.gguf")
+        return ModelConfig(name="m", backend=backend, source=source, engine=engine)  # type: ignore[arg-type]
+
+    assert engine_slots(config("llama_cpp")) == 1
+    assert engine_slots(config("llama_cpp", n_seq_max=8)) == 8
+    assert engine_slots(config("vllm", max_num_seqs=16)) == 16
+    assert engine_slots(config("vllm")) is None
+    assert engine_slots(config("synthetic")) is None

@@ -56,3 +56,39 @@ def test_prompt_chunks_fill_only_the_room_the_next_tokens_leave() -> None:
     # Both next tokens, and two of slot 0's ten prompt tokens, ahead of them by slot.
     assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [0, 0, 1, 3]
     assert running[0].fed == 2
+
+
+def test_an_interactive_prompt_takes_the_room_first_and_batch_prompts_wait_for_it() -> None:
+    """Prompt chunks share a decode's room by class: the interactive prompt (in a later slot,
+    arrived later) is fed first, and no batch line's prompt rides in the decode that gives the
+    interactive request its first token; a batch line's next token still does."""
+    batch = _internals.LlamaBatch(n_tokens=8, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[], [4], [], []]
+    line = sequence([9] * 6, fed=0, next_token=None)
+    line.rank, line.order = (True, 0), 0
+    decoding = sequence([4], fed=1, next_token=40)
+    decoding.rank = (True, 0)
+    interactive = sequence([7] * 5, fed=0, next_token=None)
+    interactive.order = 2
+    running = {0: line, 1: decoding, 3: interactive}
+    fill(batch, running, cached, n_batch=8)
+    b = batch.batch
+    assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [1, 3, 3, 3, 3, 3]
+    assert (line.fed, interactive.fed) == (0, 5)
+    # Once the interactive prompt is in, the batch line's prompt is fed.
+    interactive.next_token = 70
+    fill(batch, running, cached, n_batch=8)
+    assert line.fed == 6
+
+
+def test_batch_prompts_share_the_room_by_priority_then_arrival() -> None:
+    batch = _internals.LlamaBatch(n_tokens=4, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[], [], []]
+    late = sequence([1] * 4, fed=0, next_token=None)
+    late.rank, late.order = (True, 0), 5
+    early = sequence([2] * 4, fed=0, next_token=None)
+    early.rank, early.order = (True, 0), 1
+    urgent = sequence([3] * 2, fed=0, next_token=None)
+    urgent.rank, urgent.order = (True, -1), 9
+    fill(batch, {0: late, 1: early, 2: urgent}, cached, n_batch=4)
+    assert (urgent.fed, early.fed, late.fed) == (2, 2, 0)

@@ -52,6 +52,7 @@ a sequence asks for them on each prompt token it feeds, and does not reuse a cac
 from __future__ import annotations
 
 import asyncio
+import bisect
 import ctypes
 import itertools
 import queue
@@ -134,11 +135,12 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._commands: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = queue.SimpleQueue()
         self._lora = LoraAdapters(max_loras)
         self._slot_keys: list[LoraKey] = [() for _ in range(self._n_seq)]
-        # Sequences whose adapters had no room (every loaded one in use): admitted first, in order.
-        self._deferred: list[RunningSequence] = []
         self._model: LlamaModel | None = None
         self._ctx: Any = None
         self._clock = itertools.count(1)
+        self._arrivals = itertools.count()
+        # Sequences waiting for a slot, in `RunningSequence.queue_key` order (scheduler thread only).
+        self._pending: list[RunningSequence] = []
         self._reevaluated = prefix_reuse.REEVALUATED
         self._kept = KeptLogits(self._n_seq)
 
@@ -189,6 +191,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = RunningSequence(job.prompt, job.sampler, out, feed, prompt_top=top)
                 seq.lora = self._lora.key(request.lora)
                 seq.images = job.images
+                seq.rank = request.rank
                 if not self._draw_kept(seq):
                     self._incoming.put(seq)
                 async for delta in pump:
@@ -333,48 +336,97 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         return llama_cpp
 
     def _admit(self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]) -> None:
-        """Take waiting sequences into free slots, those that waited for room for their adapters
-        first (in order); block only when nothing runs (then no adapter is in use, so the first
-        of those always fits)."""
-        deferred, self._deferred = self._deferred, []
-        for waited in deferred:
-            self._take(waited, running, cached, used)
-        while len(running) < self._n_seq:
+        """Take waiting sequences into free slots, best class first (`_take_incoming`); a sequence
+        that finds none takes the slot of a running one of a worse class (`_preempt`). One whose
+        adapters have no room (every loaded one in use, `lora.py`) keeps its place, and so does
+        every adapter request behind it, so a busy adapter cannot starve another one; requests for
+        the base model go on past them."""
+        self._take_incoming(running, cached, used)
+        ended = [seq.cancel.is_set() for seq in self._pending]  # while waiting, wherever queued
+        if any(ended):
+            for seq in itertools.compress(self._pending, ended):
+                self._finish(seq, "abort")
+            self._pending = [seq for seq, gone in zip(self._pending, ended, strict=True) if not gone]
+        lora_blocked = False
+        i = 0
+        while i < len(self._pending):
+            seq = self._pending[i]
+            full = len(running) >= self._n_seq
+            victim = self._victim(running, seq) if full else None
+            if full and victim is None:
+                return  # those behind rank no better: none of them may take a slot either
+            if seq.lora and not seq.holds_lora:
+                if lora_blocked:
+                    i += 1
+                    continue
+                try:
+                    model = loaded(self._model).llm._model.model
+                    seq.holds_lora = self._lora.acquire(model, self._ctx.ctx, seq.lora)
+                except Exception as exc:  # its adapter's file is gone, or it was unloaded meanwhile
+                    self._pending.pop(i)
+                    self._fail(seq, exc)
+                    continue
+                if not seq.holds_lora:
+                    lora_blocked = True
+                    i += 1
+                    continue
+            if victim is not None:
+                self._preempt(victim, running, cached)
+            self._pending.pop(i)  # its victim ranks below it: queued behind, `i` is still `seq`
+            self._place(seq, running, cached, used)
+
+    def _take_incoming(
+        self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]
+    ) -> None:
+        """Move the sequences handed over since the last step into `_pending`; block for one only
+        when nothing runs or waits."""
+        while True:
             try:
-                seq = self._incoming.get_nowait() if running else self._wait(cached, used)
+                idle = not running and not self._pending
+                seq = self._wait(cached, used) if idle else self._incoming.get_nowait()
             except queue.Empty:
                 return
             if seq is None:
                 self._run_commands()
                 continue
-            self._take(seq, running, cached, used)
+            seq.order = next(self._arrivals)
+            bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
 
-    def _take(
+    @staticmethod
+    def _victim(running: dict[int, RunningSequence], seq: RunningSequence) -> int | None:
+        """The slot `seq` may take from a running sequence, as vLLM's priority scheduling does: the
+        worst class, then the latest arrival, of those ranked below `seq`; None if none is."""
+        below = [slot for slot, other in running.items() if other.rank > seq.rank and other.preemptable]
+        if not below:
+            return None
+        return max(below, key=lambda slot: running[slot].queue_key())
+
+    def _preempt(self, slot: int, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
+        """Take `slot` from its sequence, which waits again with its arrival kept. Nothing it did is
+        lost: its prompt becomes every token its cells hold (the prompt and what it generated; the
+        token it sampled last stays its next), and its cells stay in the slot until the new sequence
+        overwrites them, being copied to the host store first (`_place`), from where it resumes.
+        Its adapters are released while it waits, and acquired again when it resumes."""
+        seq = running.pop(slot)
+        if seq.fed >= len(seq.prompt):
+            seq.prompt = list(cached[slot])
+        seq.fed, seq.slot, seq.resumed = 0, -1, True
+        if seq.holds_lora:
+            seq.holds_lora = False
+            self._lora.release(self._ctx.ctx, seq.lora)
+        self._stats.preemptions_total += 1
+        bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+
+    def _place(
         self,
         seq: RunningSequence,
         running: dict[int, RunningSequence],
         cached: list[list[int]],
         used: list[int],
     ) -> None:
-        """Give `seq` a slot, or keep it waiting while its adapters have no room (`lora.py`): behind
-        any adapter request already waiting, so a busy adapter cannot starve another one."""
-        if seq.cancel.is_set():
-            self._finish(seq, "abort")
-            return
-        if seq.lora:
-            if self._deferred or len(running) >= self._n_seq:
-                self._deferred.append(seq)
-                return
-            try:
-                room = self._lora.acquire(loaded(self._model).llm._model.model, self._ctx.ctx, seq.lora)
-            except Exception as exc:  # its adapter's file is gone, or it was unloaded meanwhile
-                self._fail(seq, exc)
-                return
-            if not room:
-                self._deferred.append(seq)
-                return
-            seq.holds_lora = True
-        drawn = not seq.first  # its first token came from kept logits (`generate`)
+        """Put `seq` in the free slot that serves its prompt best, reusing what the slot (or the host
+        store) holds of it."""
+        drawn = not seq.first  # its first token came from kept logits (`generate`), or it resumes
         free = [s for s in range(self._n_seq) if s not in running]
         slot = pick_slot(free, cached, used, seq.prompt, running)
         # Prompt logprobs need every position's logits: nothing cached can be reused.
@@ -397,9 +449,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         used[slot] = next(self._clock)
         self._slot_keys[slot] = seq.lora
         seq.slot, seq.fed = slot, keep
-        seq.out.builder.cached_tokens = keep
-        if seq.prompt_top is None:
-            self._stats.count_prompt_cache(keep)
+        if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
+            seq.out.builder.cached_tokens = keep
+            if seq.prompt_top is None:
+                self._stats.count_prompt_cache(keep)
         running[slot] = seq
 
     def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:

@@ -40,6 +40,21 @@ class RunningSequence:
     # Its prompt's images (vision.py): the pseudo ids of `prompt` at these spans are evaluated by
     # the projector, not fed as tokens.
     images: tuple[ImageSpan, ...] = ()
+    # The request's scheduling class (`GenerateRequest.rank`: batch line, then `priority`) and its
+    # arrival: waiting sequences are admitted, and prompt chunks get a decode's room, in this order.
+    rank: tuple[bool, int] = (False, 0)
+    order: int = 0
+    # Preempted once (its slot went to a sequence of a better class): its `prompt` is then every
+    # token its cells held, fed again (or restored from the host store) before it decodes on.
+    resumed: bool = False
+
+    def queue_key(self) -> tuple[tuple[bool, int], int]:
+        return (self.rank, self.order)
+
+    @property
+    def preemptable(self) -> bool:
+        """Its progress is all in its tokens: no prompt scores and no image spans to evaluate again."""
+        return self.prompt_top is None and not self.images
 
     def image_at_fed(self) -> ImageSpan | None:
         """The image span the prompt has reached, if its next position begins one."""
@@ -63,7 +78,8 @@ def fill(
     next tokens of a full batch took several passes: 40-70 % more compute per decode,
     measured. A prompt's first token then rides in the decode's micro-batch.
     A prompt's text stops at its next image span (`RunningSequence.images`), which the
-    scheduler evaluates through the projector before the next fill.
+    scheduler evaluates through the projector before the next fill. Prompt chunks share the room
+    by class (`_prompt_takes`): a batch line's prompt waits while an interactive one is fed.
     Returns (slot, batch index) of each token whose logits are sampled, and
     (slot, first batch index, first prompt position, count) of each prompt chunk whose
     tokens are scored (prompt logprobs)."""
@@ -85,7 +101,7 @@ def fill(
 
     order = sorted(running)
     stepping = {slot for slot in order if decodes(running[slot])}
-    room = n_batch - len(stepping)  # for prompt tokens, after every next token
+    takes = _prompt_takes(running, stepping, n_batch - len(stepping))  # room after every next token
     for slot in order:
         seq = running[slot]
         if slot in stepping:
@@ -94,13 +110,9 @@ def fill(
             add(slot, seq.next_token, True)
             seq.next_token = None
             continue
-        take = min(len(seq.prompt) - seq.fed, room)
-        image = next_span(seq.images, seq.fed) if seq.images else None
-        if image is not None:  # text up to the image; the scheduler evaluates the image itself
-            take = min(take, image.start - seq.fed)
+        take = takes.get(slot, 0)
         if take <= 0:
             continue
-        room -= take
         every = seq.prompt_top is not None
         if every:
             scored.append((slot, b.n_tokens, seq.fed, take))
@@ -111,3 +123,27 @@ def fill(
             add(slot, token, every or last)
         seq.fed += take
     return outputs, scored
+
+
+def _prompt_takes(running: dict[int, RunningSequence], stepping: set[int], room: int) -> dict[int, int]:
+    """Prompt tokens each sequence feeds in this decode: the room goes in (class, `priority`,
+    arrival) order, and while an interactive prompt is being fed no batch line's prompt is (its
+    chunk would lengthen the decode that produces the interactive request's first token)."""
+    feeding = sorted(
+        (slot for slot, seq in running.items() if slot not in stepping and seq.fed < len(seq.prompt)),
+        key=lambda slot: (running[slot].queue_key(), slot),
+    )
+    interactive = any(not running[slot].rank[0] for slot in feeding)
+    takes: dict[int, int] = {}
+    for slot in feeding:
+        seq = running[slot]
+        if interactive and seq.rank[0]:
+            break  # sorted: every later one is a batch line too
+        take = min(len(seq.prompt) - seq.fed, room)
+        image = next_span(seq.images, seq.fed) if seq.images else None
+        if image is not None:  # text up to the image; the scheduler evaluates the image itself
+            take = min(take, image.start - seq.fed)
+        if take > 0:
+            takes[slot] = take
+            room -= take
+    return takes
