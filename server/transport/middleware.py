@@ -89,6 +89,12 @@ def request_id_from(header: str | None) -> str:
     return uuid.uuid4().hex
 
 
+def close_connection(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` with `Connection: close` (once): the server closes the connection after this response."""
+    kept = [(name, value) for name, value in headers if name.lower() != b"connection"]
+    return [*kept, (b"connection", b"close")]
+
+
 class GatewayMiddleware:
     """The middleware of the module docstring: before the route, request id and refusals (drain, key, size);
     after the last byte, metrics, access log and cleanup."""
@@ -175,6 +181,8 @@ class GatewayMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()), *extra_headers]
+                if self.lifecycle.draining:  # no keep-alive while draining (transport/lifecycle.py)
+                    message["headers"] = close_connection(message["headers"])
             await send(message)
 
         async def receive_limited() -> Message:
@@ -200,8 +208,6 @@ class GatewayMiddleware:
                     refusal = exc
             if refusal is not None:
                 response = error_response(refusal, path=scope["path"])
-                if isinstance(refusal, ServiceUnavailableError):
-                    response.headers["Connection"] = "close"
                 await response(scope, receive, send_with_id)
                 return
             if scope["path"] not in PROBES:

@@ -1,7 +1,9 @@
 """A real two-node Ray cluster on this machine (a head, and a second raylet offering the custom
 resource `side`), with two gateways attached to it.
 
-A replica that asks for `side` lands on the second node (one asking for `main`, on the head); both gateways serve the same models from
+A replica that asks for `side` lands on the second node; the replicas of a model that asks for no
+custom resource stay off it (it offers `side`, which another model needs), even where Ray's own
+policy would spread them there once the head is half busy; both gateways serve the same models from
 the one controller; a model deployed through one gateway is served by the other; killing the second
 node's raylet fails its replica cleanly and the deployment says why.
 """
@@ -26,10 +28,10 @@ from tests.support.gateway import GatewayProcess
 pytestmark = pytest.mark.timeout(1800)
 SEED = f"""
 models:
-  - name: cl-head
+  - name: cl-head           # no custom resource: 3 x 0.5 CPU, past half the head's 2 CPUs
     task: embed
-    num_cpus: 0.25
-    resources: {{main: 1}}
+    replicas: 3
+    num_cpus: 0.5
     source: {{path: {MINILM_PATH}}}
     engine: {{n_ctx: 512, n_batch: 512, n_ubatch: 512}}
   - name: cl-side
@@ -83,7 +85,7 @@ def placement_and_two_gateways_share_one_registry(two_nodes: TwoNodes) -> None:
 
     listed = deployments(first.url)
     assert listed["cl-side"]["replicas"][0]["node_id"] == side_node
-    assert listed["cl-head"]["replicas"][0]["node_id"] == head_node
+    assert [r["node_id"] for r in listed["cl-head"]["replicas"]] == [head_node] * 3
     assert listed == deployments(second.url)  # one registry, seen from both gateways
 
     for gw in (first, second):

@@ -1,6 +1,9 @@
 """SIGTERM with streams in flight (fault test 7): /ready and new requests get 503 at once, a stream
 that fits in the drain timeout finishes normally, one that does not ends with an error event +
-[DONE], the Ray replicas are released and the process exits 0.
+[DONE], the Ray replicas are released and the process exits 0. Keep-alive ends with the drain's
+start: an idle kept-alive connection is closed while the gateway still drains, and a response under
+way when the drain began says `Connection: close` (no client's next POST goes out on a connection
+the stopping gateway is about to close).
 
 This test needs its own gateway, since it stops it; it is small (one synthetic model) and attaches
 to the session's Ray."""
@@ -8,12 +11,14 @@ to the session's Ray."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import httpx
 import pytest
 import ray
 
+from tests.support import raw_http
 from tests.support.gateway import REPO, start_gateway
 from tests.support.ops import StreamReader, wait_for
 from tests.support.release import release_namespace
@@ -33,6 +38,16 @@ def _replicas_alive() -> list[str]:
     ]
 
 
+def _send(sock: socket.socket, method: str, path: str, body: dict[str, object] | None = None) -> None:
+    """One keep-alive HTTP/1.1 request on a bare socket (no client library to reconnect for us)."""
+    data = json.dumps(body).encode() if body is not None else b""
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + data)
+
+
 @pytest.mark.slow
 def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> None:
     gw = start_gateway(
@@ -47,11 +62,22 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
             "4",
             "--api-key",
             KEY,
+            "--keep-alive-timeout",
+            "120",  # the idle connection below stays open unless the drain closes it
         ],
         tmp_path / "drain.log",
     )
+    idle = raw_http.connect(gw.port)
+    pending = raw_http.connect(gw.port)
     try:
         assert len(_replicas_alive()) == 1
+        # A kept-alive connection, idle when the drain starts.
+        _send(idle, "GET", "/health")
+        first = raw_http.read_response(idle)
+        assert first.startswith(b"HTTP/1.1 200 ") and raw_http.header(first, b"connection") != b"close"
+        # A non-streamed request under way when the drain starts, and still at its timeout (100 s
+        # of tokens): its answer's head is written during the drain.
+        _send(pending, "POST", "/v1/completions", {"model": "synth-drain", "prompt": "x", "max_tokens": 2000})
         # 20 tokens/s: the short stream needs ~1.5 s, the long one ~100 s.
         short = StreamReader(
             gw.url, {"model": "synth-drain", "prompt": "x", "max_tokens": 30, "stream": True}, "short"
@@ -80,6 +106,17 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
         assert refused.json()["error"]["code"] == "server_shutting_down"
         assert httpx.get(f"{gw.url}/health", timeout=10).status_code == 200  # alive while draining
 
+        # Keep-alive is over: the idle connection is closed now, while the long stream still runs
+        # (the drain's end would close it too, but only after that stream has been ended).
+        assert raw_http.read_all(idle) == b""
+        assert long.is_alive() and not any("error" in d for d in long.data), long.data[-3:]
+        # The request under way is ended by the drain timeout, with `Connection: close`, and the
+        # connection closes after it.
+        answer = raw_http.read_response(pending)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"server_shutting_down" in answer, answer[:400]
+        assert raw_http.header(answer, b"connection") == b"close", answer[:400]
+        assert raw_http.read_all(pending) == b""
+
         short.join(30)
         assert (
             short.data[-1] == "[DONE]"
@@ -92,10 +129,12 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
         assert 1 < len(long.data) - 2 < 2000
         code = gw.proc.wait(60)
     finally:
+        idle.close()
+        pending.close()
         code = gw.stop()
     assert code == 0, gw.log()[-3000:]
     log = gw.log()
-    assert "draining" in log and "drain timeout: ending 1 request(s)" in log
+    assert "draining" in log and "drain timeout: ending 2 request(s)" in log
     # Attached to a cluster, the drained gateway leaves the shared replicas to the controller.
     assert len(_replicas_alive()) == 1
     release_namespace(NAMESPACE)

@@ -26,6 +26,7 @@ import pytest
 from bench.servers import Server as GatewayProcess
 from bench.servers import descendants, free_port, wait_healthy
 from raygate.server.transport.unknown_fields import MAX_LOGGED
+from tests.support import raw_http
 from tests.support.gateway import RAYGATE, REPO, start_gateway
 from tests.support.redteam import assert_openai_error
 from tests.support.release import release_namespace
@@ -261,42 +262,7 @@ def test_listening_everywhere_warns_that_v1_is_open(redteam: tuple[GatewayProces
 
 
 def _connect(gw: GatewayProcess) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
-    sock.settimeout(30)
-    return sock
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    """One whole HTTP response (head and Content-Length body): TCP may deliver it in pieces."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed mid-response: {data[:200]!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        (
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        ),
-        0,
-    )
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed mid-body"
-        body += chunk
-    return data
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    try:
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    except ConnectionResetError:
-        pass
-    return b"".join(chunks)
+    return raw_http.connect(gw.port)
 
 
 def test_a_32_mb_header_is_refused_early_with_431(redteam: tuple[GatewayProcess, Path]) -> None:
@@ -324,7 +290,7 @@ def test_a_32_mb_header_is_refused_early_with_431(redteam: tuple[GatewayProcess,
             time.sleep(0.001)  # 16 MB/s: the server keeps up, so what `sent` counts is what it read
         sock.setblocking(True)
         sock.settimeout(10)
-        answer += _read_all(sock)
+        answer += raw_http.read_all(sock)
     # Read up to the limit plus a socket read; `sent` also counts what sat in the two kernels'
     # socket buffers (a few MB on loopback) when the server closed.
     assert sent < 16 * 1024 * 1024, f"{sent} bytes of headers were taken in"
@@ -356,7 +322,7 @@ def test_a_silent_connection_is_closed(redteam: tuple[GatewayProcess, Path]) -> 
     gw, _ = redteam
     with _connect(gw) as sock:
         t0 = time.monotonic()
-        assert _read_all(sock) == b""
+        assert raw_http.read_all(sock) == b""
         assert HEADER_TIMEOUT - 0.5 < time.monotonic() - t0 < HEADER_TIMEOUT + 5
 
 
@@ -378,7 +344,7 @@ def test_trickled_headers_get_408(redteam: tuple[GatewayProcess, Path]) -> None:
             except (BrokenPipeError, ConnectionResetError):
                 break
         sock.settimeout(10)
-        answer += _read_all(sock)
+        answer += raw_http.read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert time.monotonic() - t0 < HEADER_TIMEOUT + 5
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
@@ -390,14 +356,14 @@ def test_kept_alive_connections_are_bounded_too(redteam: tuple[GatewayProcess, P
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     with contextlib.closing(_connect(gw)) as sock:
         sock.sendall(request)
-        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        assert raw_http.read_response(sock).startswith(b"HTTP/1.1 200 ")
         t0 = time.monotonic()
-        assert _read_all(sock) == b""
+        assert raw_http.read_all(sock) == b""
         assert time.monotonic() - t0 < KEEP_ALIVE + 5
 
     with contextlib.closing(_connect(gw)) as sock:
         sock.sendall(request)
-        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        assert raw_http.read_response(sock).startswith(b"HTTP/1.1 200 ")
         sock.sendall(b"GET /health HTTP/1.1\r\n")
         sock.settimeout(0.4)
         answer = b""
@@ -408,7 +374,7 @@ def test_kept_alive_connections_are_bounded_too(redteam: tuple[GatewayProcess, P
             except TimeoutError:
                 sock.sendall(b"X-Slow-%d: y\r\n" % i)
         sock.settimeout(10)
-        answer += _read_all(sock)
+        answer += raw_http.read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from raygate.backends.cluster.control.autoscaler import STALE_SECONDS, Autoscaler, LoadReports
 from raygate.backends.cluster.routing.affinity import PrefixTable, prefix_keys, prompt_text
-from raygate.backends.cluster.runtime.placement import UNBOUNDED_SLOTS, free_slots
+from raygate.backends.cluster.runtime.placement import UNBOUNDED_SLOTS, free_slots, preferred_node
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import ChatMessage, GenerateRequest, ImageInput, SamplingParams
 from raygate.protocol.policies import AutoscalingConfig
@@ -76,6 +76,24 @@ def test_free_slots_counts_replicas_per_node() -> None:
 def _chat(*contents: str) -> GenerateRequest:
     messages = [ChatMessage(role="system" if i == 0 else "user", content=c) for i, c in enumerate(contents)]
     return GenerateRequest(request_id="r", sampling=SamplingParams(), messages=messages)
+
+
+def _node(node_id: str, alive: bool = True, **resources: float) -> dict[str, object]:
+    return {"NodeID": node_id, "Alive": alive, "Resources": {"CPU": 2.0, **resources}}
+
+
+def test_a_replica_without_custom_resources_prefers_nodes_that_offer_none_another_model_needs() -> None:
+    nodes = [_node("head", main=4.0), _node("side", side=1.0), _node("gpu", gpu_box=1.0)]
+    free = {"head": {"CPU": 0.5, "main": 4.0}, "side": {"CPU": 1.0, "side": 1.0}, "gpu": {"CPU": 2.0}}
+    demand = {"CPU": 0.5}
+    # `side` and `gpu_box` are requested by other models: the head, though it has the least CPU free.
+    assert preferred_node(demand, {"side", "gpu_box"}, nodes, free) == "head"
+    # Of several nodes free of reserved resources, the one with the most CPU free.
+    assert preferred_node(demand, {"side"}, nodes, free) == "gpu"
+    # The preferred nodes are full now (or dead): no preference, Ray places it.
+    assert preferred_node({"CPU": 1.0}, {"side", "gpu_box"}, nodes, free) is None
+    dead_head = [_node("head", alive=False, main=4.0), *nodes[1:]]
+    assert preferred_node(demand, {"side", "gpu_box"}, dead_head, free) is None
 
 
 def test_prefix_keys_share_the_common_blocks_only() -> None:

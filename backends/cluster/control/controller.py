@@ -31,6 +31,7 @@ import ray
 from raygate.backends.cluster.control.autoscaler import LoadReports
 from raygate.backends.cluster.control.deployment import UPDATE_DRAIN_SECONDS, Deployment
 from raygate.backends.cluster.control.registrations import Registrations
+from raygate.backends.cluster.control.replica_actors import RayActors
 from raygate.backends.cluster.routing.route_table import RouteTable
 from raygate.backends.cluster.runtime.errors import remote_cause
 from raygate.backends.cluster.runtime.placement import (
@@ -79,14 +80,22 @@ class Controller:
         if self._changed is not None:
             return self._changed
         self._changed = asyncio.Event()
-        for spec in self._initial:
-            deployment = Deployment(spec, self._on_change)
-            self._deployments[spec.name] = deployment
+        for spec in self._initial:  # all known before any starts: see `_reserved_resources`
+            self._deployments[spec.name] = self._deployment(spec)
+        for deployment in list(self._deployments.values()):
             deployment.reconcile()
         if not self._restored:
             self._persist()  # the config seeded the registry: from now on the file is the truth
         self._autoscaling = asyncio.get_running_loop().create_task(self._autoscale_forever())
         return self._changed
+
+    def _deployment(self, spec: ModelConfig) -> Deployment:
+        return Deployment(spec, self._on_change, RayActors(self._reserved_resources))
+
+    def _reserved_resources(self, name: str) -> set[str]:
+        """The custom Ray resources the deployments other than `name` request (placement.py's
+        `preferred_node` keeps the replicas of a model that requests none off the nodes offering them)."""
+        return {key for other, d in self._deployments.items() if other != name for key in d.spec.resources}
 
     def _on_change(self, spec_changed: bool) -> None:
         if spec_changed:
@@ -193,7 +202,7 @@ class Controller:
         self._check_ids(spec)
         spec = await self._validate(spec)
         self._check_ids(spec)  # another deploy may have taken the name while we validated
-        deployment = Deployment(spec, self._on_change)
+        deployment = self._deployment(spec)
         self._deployments[spec.name] = deployment
         try:
             deployment.reconcile()

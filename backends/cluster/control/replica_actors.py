@@ -15,14 +15,14 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any, Protocol
 
 import ray
 from ray.exceptions import RayTaskError
 
 from raygate.backends.cluster.routing.replica import ModelWorker
-from raygate.backends.cluster.runtime.placement import check_feasible
+from raygate.backends.cluster.runtime.placement import check_feasible, replica_preference
 from raygate.protocol.config import ModelConfig
 
 LOAD_TIMEOUT_SECONDS = 900.0
@@ -49,9 +49,15 @@ class ReplicaActors(Protocol):
 
 
 class RayActors:
-    """`ReplicaActors` on Ray: one `ModelWorker` actor per replica."""
+    """`ReplicaActors` on Ray: one `ModelWorker` actor per replica. `reserved` returns the custom
+    resources the other deployments request: a replica that asks for none prefers a node that
+    offers none of them (placement.replica_preference), so it does not take their only room."""
+
+    def __init__(self, reserved: Callable[[str], Set[str]] | None = None) -> None:
+        self._reserved = reserved
 
     def start(self, spec: ModelConfig, seq: int) -> Any:
+        reserved = set(self._reserved(spec.name)) if self._reserved is not None else set()
         return (
             ray.remote(ModelWorker)
             .options(
@@ -60,6 +66,7 @@ class RayActors:
                 num_gpus=spec.num_gpus,
                 resources=spec.resources or None,
                 runtime_env={"env_vars": spec.env} if spec.env else None,
+                **replica_preference(spec, reserved),
             )
             .remote(spec)
         )

@@ -1,6 +1,7 @@
 """Where actors go. Can the Ray cluster host a replica at all? Asked before deploying and before
 replacing a dead replica, so an impossible request is a clear error instead of an actor pending
-forever. And on which node the state-owning actors live (`state_actor_options`)."""
+forever. Which node a replica that asks for no custom resource should prefer
+(`replica_preference`). And on which node the state-owning actors live (`state_actor_options`)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,50 @@ def invalid_options(spec: ModelConfig) -> str | None:
 async def check_feasible(spec: ModelConfig) -> str | None:
     nodes = await asyncio.to_thread(ray.nodes)  # a GCS round trip: keep it off the event loop
     return infeasible_reason(replica_demand(spec), nodes)
+
+
+def preferred_node(
+    demand: dict[str, float],
+    reserved: set[str],
+    nodes: list[dict[str, Any]],
+    available: dict[str, dict[str, float]],
+) -> str | None:
+    """The node a replica that asks for no custom resource should go to, or None (Ray's choice).
+
+    A node offering a custom resource that another model requests may be the only place that model
+    can run; Ray's own placement fills it with anything once the other nodes pass half their CPUs
+    (its hybrid policy spreads), and the model that needs it then finds no room (the chaos hour's
+    embedding model, starved by chat replicas). So: among the alive nodes offering none of the
+    `reserved` resources, the one with the most CPU free that has room now. None when no such node
+    has room: then the replica takes what Ray gives it rather than wait (a preference, not a rule).
+    """
+    best: tuple[float, str] | None = None
+    for node in nodes:
+        node_id = node.get("NodeID")
+        if not node.get("Alive") or not node_id or reserved & set(node.get("Resources", {})):
+            continue
+        free = available.get(node_id, {})
+        if all(free.get(k, 0.0) + 1e-9 >= v for k, v in demand.items()):
+            candidate = (free.get("CPU", 0.0), node_id)
+            best = candidate if best is None or candidate > best else best
+    return best[1] if best else None
+
+
+def replica_preference(spec: ModelConfig, reserved: set[str]) -> dict[str, Any]:
+    """The actor options that carry `preferred_node`'s choice (none for a spec that asks for custom
+    resources itself, or when no other model reserves any): soft node affinity, which falls back
+    to any node if the chosen one dies or fills up before the replica lands."""
+    if spec.resources or not reserved:
+        return {}
+    # Two GCS round trips, synchronous: a replica starts rarely (deploy, scale, replacement).
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    available = ray._private.state.available_resources_per_node()  # type: ignore[no-untyped-call]
+    node = preferred_node(replica_demand(spec), reserved, nodes, available)
+    if node is None:
+        return {}
+    return {
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+    }
 
 
 UNBOUNDED_SLOTS = 1_000_000
