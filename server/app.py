@@ -24,6 +24,7 @@ from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
 from raygate.backends.cluster.stores.ledger_db import database_problem
 from raygate.backends.cluster.stores.response_db import StoreLimits
 from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
+from raygate.backends.heap import freeze_startup_heap
 from raygate.server.access.auth import KeyStore
 from raygate.server.access.budgets import Budgets
 from raygate.server.access.key_sync import KeySync
@@ -154,6 +155,7 @@ def build_app(settings: Settings) -> FastAPI:
             log.info("serving %s", ", ".join(cluster.model_ids()) or "no model yet")
             sampler = asyncio.create_task(history.run(metrics, cluster.routers))
             log.info("web console at http://%s:%d/ui", settings.host, settings.port)
+            freeze_startup_heap()  # as vLLM's server: no full collection walks the startup heap
             yield
         finally:
             if runner is not None:  # hands its unfinished lines back to the batch store

@@ -45,6 +45,7 @@ from raygate.backends.engines.model_hub import (
     fetch_hub_files,
     hub_downloads,
 )
+from raygate.backends.heap import freeze_startup_heap
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError
@@ -97,6 +98,9 @@ class ModelWorker:
             path = resolve_adapter(adapter.source, self._config.backend)
             await engine.load_adapter(adapter.name, str(path))
         self._engine = engine
+        # The engine's heap (torch, vLLM: ~700k objects) lives as long as this actor; frozen, the
+        # collector stops walking it mid-stream (backends/heap.py: pauses of ~1 s on busy cores).
+        freeze_startup_heap()
         socket = await self._socket.start() if self._config.task == "generate" else None
         return {
             "node_id": ray.get_runtime_context().get_node_id(),

@@ -61,6 +61,7 @@ from raygate.backends.engines.vllm.translate import (
     thinking_args,
     vllm_thinking_budget,
 )
+from raygate.backends.heap import freeze_startup_heap
 from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import (
@@ -190,6 +191,7 @@ class VllmEngine(Engine):
             await asyncio.to_thread(llm.shutdown)
             try:
                 self._llm = await self._build()
+                freeze_startup_heap()  # the new engine's objects, as the replica did at its start
             except Exception as exc:
                 self._failure = f"The model's engine could not be restarted: {exc}"
                 log.exception("could not restart the vLLM engine")
