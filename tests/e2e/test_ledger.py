@@ -442,8 +442,8 @@ def test_concurrent_requests_on_two_gateways_overshoot_a_budget_by_at_most_one_r
                     if kind == "chat":
                         answer = client.chat.completions.create(
                             model=CHAT_MODEL,
-                            messages=[{"role": "user", "content": "Tell me about budgets."}],
-                            max_tokens=64,
+                            messages=[{"role": "user", "content": PASSAGE}],  # cheap tokens: prefill
+                            max_tokens=8,
                             extra_body={"ignore_eos": True},
                         )
                         assert answer.usage is not None
