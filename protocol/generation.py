@@ -283,6 +283,8 @@ class EmbedRequest:
 
     request_id: str
     inputs: list[str] | list[list[int]]
+    # The OpenTelemetry trace of the call (None: tracing off), as on `GenerateRequest`.
+    trace: TraceCarrier | None = None
 
 
 @dataclass(slots=True)
@@ -301,6 +303,8 @@ class RankRequest:
     request_id: str
     pairs: list[tuple[str, str]]
     param: str = "documents"
+    # The OpenTelemetry trace of the call (None: tracing off), as on `GenerateRequest`.
+    trace: TraceCarrier | None = None
 
 
 @dataclass(slots=True)

@@ -8,9 +8,12 @@ and the request's token usage for the ledger. The router is private: every engin
 `/tokenize` included, goes through a method here.
 
 Usage is counted here because every endpoint's engine calls pass through (chat, completions,
-Responses, Messages, embeddings, rerank): the same counts the endpoint renders as its `usage`
-(prompt tokens once per prompt however many samples, `counts_prompt`), recorded once per request
-when it has ended (`record_usage`, on the request context's close: off the request's latency).
+Responses, Messages, embeddings, rerank and score, and Ollama's faces of them; tokenizing and
+Anthropic's count_tokens run no inference and record nothing): the same counts the endpoint
+renders as its `usage` (prompt tokens once per prompt however many samples, `counts_prompt`;
+cached and reasoning tokens), recorded once per request when it has ended (`record_usage`, on the
+request context's close: off the request's latency). For the same reason every engine call takes
+one path out of the gateway (`_enter`): the admission wait, the budget's reservation, the span.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 
@@ -37,6 +40,7 @@ from raygate.protocol.generation import (
     RankResult,
     TokenizeRequest,
     TokenizeResult,
+    TraceCarrier,
 )
 from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.access.budgets import Budgets
@@ -57,11 +61,15 @@ FALLBACK_RESERVE = 32768
 # The key id of requests to a gateway without keys.
 ANONYMOUS = "anonymous"
 
+# An engine call answered whole, and its answer.
+W = TypeVar("W", EmbedRequest, RankRequest)
+R = TypeVar("R", EmbedResult, RankResult)
+
 
 @dataclass
 class UsageCount:
-    """A request's tokens so far, over all its engine calls. Reasoning tokens stay 0 until an
-    engine reports them apart from the completion."""
+    """A request's tokens so far, over all its engine calls (reasoning tokens are part of the
+    completion tokens, counted apart too by a reasoning model's engine)."""
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -166,17 +174,12 @@ class ModelHandle:
     async def generate(self, request: GenerateRequest, *, counts_prompt: bool = True) -> AsyncIterator[Delta]:
         """The engine's deltas. `counts_prompt` False: another sequence of this request shares the
         prompt (a further sample of it), whose tokens usage counts once."""
-        await self._admitted()
-        await self._reserve()
-        trace: RequestTrace | None = self._ctx.trace
-        span = None
-        if trace is not None:
-            span = trace.child("replica.call", client=True, attributes=self._span_attributes)
+        span = await self._enter()
         request = dataclasses.replace(
             request,
             request_id=self._engine_id(request.request_id),
             lora=self._lora,
-            trace=trace.carrier(span) if trace is not None and span is not None else None,
+            trace=self._carrier(span),
             priority=self._ticket.priority,
             background=self._ctx.batch,
         )
@@ -217,14 +220,26 @@ class ModelHandle:
     def _trace_call(
         self, span: Span, last: Delta | None, first_at: float | None, failure: BaseException | None
     ) -> None:
-        """End the replica call's span, and bring the request's span up to date: its usage so far
-        and its time to first token."""
+        """End a streamed replica call's span (usage and finish reason of its last delta)."""
         attributes: dict[str, str | int | float] = {}
         if last is not None:
             attributes["gen_ai.usage.input_tokens"] = last.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = last.completion_tokens
             attributes["raygate.finish_reason"] = last.finish_reason or "cut_short"
-        ended(span, attributes, failure if last is None or last.finish_reason is None else None)
+        self._end_call(
+            span, attributes, failure if last is None or last.finish_reason is None else None, first_at
+        )
+
+    def _end_call(
+        self,
+        span: Span,
+        attributes: dict[str, str | int | float],
+        failure: BaseException | None,
+        first_at: float | None = None,
+    ) -> None:
+        """End a replica call's span, and bring the request's span up to date: its usage so far
+        and its time to first token."""
+        ended(span, attributes, failure)
         trace: RequestTrace | None = self._ctx.trace
         if trace is None:
             return
@@ -234,6 +249,8 @@ class ModelHandle:
         }
         if self.usage.cached_tokens:
             totals["raygate.cached_tokens"] = self.usage.cached_tokens
+        if self.usage.reasoning_tokens:
+            totals["raygate.reasoning_tokens"] = self.usage.reasoning_tokens
         if first_at is not None and trace.first_token_s is None:
             trace.first_token_s = first_at - self._ctx.started
             totals["raygate.time_to_first_token_s"] = round(trace.first_token_s, 6)
@@ -244,6 +261,7 @@ class ModelHandle:
             return
         self.usage.calls += 1
         self.usage.completion_tokens += last.completion_tokens
+        self.usage.reasoning_tokens += last.reasoning_tokens or 0
         if counts_prompt:
             self.usage.prompt_tokens += last.prompt_tokens
             self.usage.cached_tokens += last.cached_tokens or 0
@@ -261,34 +279,56 @@ class ModelHandle:
         if first_at is not None and last.completion_tokens > 1:
             self._metrics.tpot.observe(self._labels, (end - first_at) / (last.completion_tokens - 1))
 
-    async def _reserve(self, sequences: int = 1) -> None:
-        """Hold the most this engine call can use (the context per sequence) against the key's
-        token budget, if it has one."""
+    async def _enter(self, sequences: int = 1) -> Span | None:
+        """What every engine call does before it leaves the gateway, whatever its endpoint: wait
+        for a running slot, hold the most it can use against the key's token budget (429 when
+        spent), and open its `replica.call` span (None: tracing off)."""
+        await self._admitted()
+        await self._reserve(sequences)
+        trace: RequestTrace | None = self._ctx.trace
+        if trace is None:
+            return None
+        return trace.child("replica.call", client=True, attributes=self._span_attributes)
+
+    def _carrier(self, span: Span | None) -> TraceCarrier | None:
+        """The call's span context for the replica (None: tracing off)."""
+        trace: RequestTrace | None = self._ctx.trace
+        return trace.carrier(span) if trace is not None and span is not None else None
+
+    async def _reserve(self, sequences: int) -> None:
+        """Hold the most this engine call can use (the context per sequence, or per input of an
+        embedding or rank call) against the key's token budget, if it has one."""
         key = self._ctx.key
         if self._budgets is None or key is None or key.budget is None or not key.budget.limits_tokens:
             return
         tokens = (self.context_length or FALLBACK_RESERVE) * sequences
         self.reserved += await self._budgets.reserve(self._ctx, tokens)
 
-    async def embed(self, request: EmbedRequest) -> EmbedResult:
-        await self._admitted()
-        await self._reserve(len(request.inputs))
-        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
-        result = await self._ctx.bounded(
-            self._router.embed(request), self._total_deadline, self._total_expired
+    async def _whole(self, request: W, sequences: int, call: Callable[[W], Awaitable[R]]) -> R:
+        """An engine call answered whole (embed, rank): the steps of `_enter`, the request
+        deadline, the usage and the span's end, the same for both."""
+        span = await self._enter(sequences)
+        request = dataclasses.replace(
+            request, request_id=self._engine_id(request.request_id), trace=self._carrier(span)
         )
+        try:
+            result = await self._ctx.bounded(call(request), self._total_deadline, self._total_expired)
+        except BaseException as exc:
+            if span is not None:
+                self._end_call(span, {}, exc)
+            raise
         self._record_whole(result.prompt_tokens)
+        if span is not None:
+            self._end_call(span, {"gen_ai.usage.input_tokens": result.prompt_tokens}, None)
         return result
 
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Embeddings; the budget holds the context per input."""
+        return await self._whole(request, len(request.inputs), self._router.embed)
+
     async def rank(self, request: RankRequest) -> RankResult:
-        """A cross-encoder's logits: admission, deadline and metrics as for `embed`."""
-        await self._admitted()
-        request = dataclasses.replace(request, request_id=self._engine_id(request.request_id))
-        result = await self._ctx.bounded(
-            self._router.rank(request), self._total_deadline, self._total_expired
-        )
-        self._record_whole(result.prompt_tokens)
-        return result
+        """A cross-encoder's logits; the budget holds the context per pair."""
+        return await self._whole(request, len(request.pairs), self._router.rank)
 
     def _record_whole(self, prompt_tokens: int) -> None:
         """Metrics of a call answered whole (no tokens generated): prompt tokens, success, e2e."""

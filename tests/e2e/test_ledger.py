@@ -12,9 +12,12 @@ gateway and of the ledger actor.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +29,14 @@ import httpx
 import openai
 import pytest
 import ray
+import yaml
 
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 from tests.support.models import CHAT_MODEL, EMBED_MODEL
 from tests.support.postgres import running_postgres
+from tests.support.reasoning import MODEL as REASONER
+from tests.support.reasoning import reasoner_spec
+from tests.support.rerank import reranker_spec
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +60,8 @@ models:
     num_cpus: 0.5
     engine: {{n_ctx: 512, n_batch: 512, n_ubatch: 512, n_threads: 1}}
 """
+RERANKER = "tiny-reranker"
+PAIR_MODELS = (CHAT_MODEL, EMBED_MODEL, RERANKER, REASONER)
 KEYS = f"""
 keys:
   - name: team-file
@@ -80,9 +89,17 @@ def start_pair(args: list[str], root: Path) -> list[GatewayProcess]:
     return gateways
 
 
+def pair_seed() -> str:
+    """The chat and embedding models, with a cross-encoder (rerank, score) and a reasoning model
+    (reasoning tokens): every kind of usage the ledger records."""
+    seed = yaml.safe_load(SEED)
+    seed["models"] += [reranker_spec(RERANKER), reasoner_spec()]
+    return yaml.safe_dump(seed)
+
+
 def stop_all(gateways: list[GatewayProcess]) -> None:
     if gateways:  # free the replicas for the rest of the session
-        for model in (CHAT_MODEL, EMBED_MODEL):
+        for model in PAIR_MODELS:
             httpx.delete(f"{gateways[0].url}/admin/deployments/{model}", headers=admin_headers(), timeout=120)
     for gw in gateways:
         code = gw.stop()
@@ -92,7 +109,7 @@ def stop_all(gateways: list[GatewayProcess]) -> None:
 @pytest.fixture(scope="module")
 def pair(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     root = tmp_path_factory.mktemp("ledger-pg")
-    (root / "seed.yaml").write_text(SEED)
+    (root / "seed.yaml").write_text(pair_seed())
     (root / "keys.yaml").write_text(KEYS)
     with running_postgres() as pg:
         args = [
@@ -163,33 +180,52 @@ def sdk(gw: GatewayProcess, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=120)
 
 
-def add(totals: dict[str, list[int]], endpoint: str, prompt: int, completion: int, cached: int = 0) -> None:
-    row = totals.setdefault(endpoint, [0, 0, 0])
-    row[0] += prompt
-    row[1] += completion
-    row[2] += cached
+Totals = dict[tuple[str, str], list[int]]
+
+
+def add(
+    totals: Totals,
+    endpoint: str,
+    model: str,
+    prompt: int,
+    completion: int,
+    cached: int = 0,
+    reasoning: int = 0,
+) -> None:
+    row = totals.setdefault((endpoint, model), [0, 0, 0, 0, 0])
+    for i, n in enumerate((1, prompt, completion, cached, reasoning)):
+        row[i] += n
 
 
 def test_recorded_usage_equals_the_usage_clients_were_sent(pair: Pair) -> None:
-    made = create_key(pair.first, name="usage", models=[CHAT_MODEL, EMBED_MODEL])
+    """Every endpoint that reaches a model (the openai and anthropic SDKs; rerank and score as
+    curl would send them), on a chat, an embedding, a cross-encoder and a reasoning model: the
+    ledger's requests, prompt, completion, cached and reasoning tokens per endpoint and model are
+    the sums of what the responses' `usage` said."""
+    made = create_key(pair.first, name="usage", models=list(PAIR_MODELS))
     gw = pair.second  # made through the first gateway, used through the second
     key = made["key"]
-    totals: dict[str, list[int]] = {}
+    totals: Totals = {}
 
     def cached(details: Any) -> int:
         return 0 if details is None else details.cached_tokens or 0
+
+    def reasoning(details: Any) -> int:
+        return 0 if details is None else details.reasoning_tokens or 0
 
     with sdk(gw, key) as client:
         eventually(lambda: _authenticates(gw, key), "the new key reaches the other gateway")
         messages = [{"role": "user", "content": "Name a colour."}]
         two = client.chat.completions.create(model=CHAT_MODEL, messages=messages, max_tokens=6, n=2)  # type: ignore[arg-type]
         assert two.usage is not None
+        u = two.usage
         add(
             totals,
             "chat.completions",
-            two.usage.prompt_tokens,
-            two.usage.completion_tokens,
-            cached(two.usage.prompt_tokens_details),
+            CHAT_MODEL,
+            u.prompt_tokens,
+            u.completion_tokens,
+            cached(u.prompt_tokens_details),
         )
         stream = client.chat.completions.create(
             model=CHAT_MODEL,
@@ -203,57 +239,118 @@ def test_recorded_usage_equals_the_usage_clients_were_sent(pair: Pair) -> None:
         add(
             totals,
             "chat.completions",
+            CHAT_MODEL,
             last.prompt_tokens,
             last.completion_tokens,
             cached(last.prompt_tokens_details),
         )
         text = client.completions.create(model=CHAT_MODEL, prompt=["One", "Two"], max_tokens=4)
         assert text.usage is not None
+        u = text.usage
         add(
             totals,
             "completions",
-            text.usage.prompt_tokens,
-            text.usage.completion_tokens,
-            cached(text.usage.prompt_tokens_details),
+            CHAT_MODEL,
+            u.prompt_tokens,
+            u.completion_tokens,
+            cached(u.prompt_tokens_details),
         )
         response = client.responses.create(model=CHAT_MODEL, input="Say hi.", max_output_tokens=16)
         assert response.usage is not None
+        r = response.usage
         add(
             totals,
             "responses",
-            response.usage.input_tokens,
-            response.usage.output_tokens,
-            response.usage.input_tokens_details.cached_tokens,
+            CHAT_MODEL,
+            r.input_tokens,
+            r.output_tokens,
+            r.input_tokens_details.cached_tokens,
         )
         embedded = client.embeddings.create(model=EMBED_MODEL, input=["a cat", "a dog"])
-        add(totals, "embeddings", embedded.usage.prompt_tokens, 0)
+        add(totals, "embeddings", EMBED_MODEL, embedded.usage.prompt_tokens, 0)
+
+        # A reasoning model: its thinking tokens are counted apart (streamed, and Responses).
+        thought = client.chat.completions.create(
+            model=REASONER,
+            messages=[{"role": "user", "content": "Is 7 prime?"}],
+            max_tokens=16,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"thinking_token_budget": 4},
+        )
+        u = [c for c in thought if c.usage is not None][-1].usage  # type: ignore[assignment]
+        assert u is not None and reasoning(u.completion_tokens_details) > 0
+        add(
+            totals,
+            "chat.completions",
+            REASONER,
+            u.prompt_tokens,
+            u.completion_tokens,
+            cached(u.prompt_tokens_details),
+            reasoning(u.completion_tokens_details),
+        )
+        reasoned = client.responses.create(model=REASONER, input="Is 9 prime?", max_output_tokens=16)
+        assert reasoned.usage is not None
+        r = reasoned.usage
+        assert r.output_tokens_details.reasoning_tokens > 0
+        add(
+            totals,
+            "responses",
+            REASONER,
+            r.input_tokens,
+            r.output_tokens,
+            r.input_tokens_details.cached_tokens,
+            r.output_tokens_details.reasoning_tokens,
+        )
     with anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0, timeout=120) as claude:
         message = claude.messages.create(
             model=CHAT_MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hello"}]
         )
+        m = message.usage
         add(
             totals,
             "messages",
-            message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0),
-            message.usage.output_tokens,
-            message.usage.cache_read_input_tokens or 0,
+            CHAT_MODEL,
+            m.input_tokens + (m.cache_read_input_tokens or 0),
+            m.output_tokens,
+            m.cache_read_input_tokens or 0,
         )
+        # Counting tokens runs no inference: nothing is recorded for it.
+        counted = claude.messages.count_tokens(model=CHAT_MODEL, messages=[{"role": "user", "content": "Hi"}])
+        assert counted.input_tokens > 0
+    # Rerank (Jina's and Cohere's body) and vLLM's score on the cross-encoder; rerank's scores
+    # from an embedding model's vectors are embeddings' tokens, recorded under `rerank` too.
+    auth = {"Authorization": f"Bearer {key}"}
+    for path, model, body, endpoint in (
+        ("/v1/rerank", RERANKER, {"query": "a cat", "documents": ["a kitten", "a car", "a dog"]}, "rerank"),
+        ("/v1/score", RERANKER, {"text_1": "a cat", "text_2": ["a kitten", "a car"]}, "score"),
+        ("/v1/rerank", EMBED_MODEL, {"query": "a cat", "documents": ["a kitten", "a car"]}, "rerank"),
+    ):
+        scored = httpx.post(f"{gw.url}{path}", json={"model": model, **body}, headers=auth, timeout=120)
+        assert scored.status_code == 200, scored.text
+        add(totals, endpoint, model, scored.json()["usage"]["prompt_tokens"], 0)
 
-    rows = usage_rows(gw, key_id=made["id"], group_by="endpoint")
-    assert {
-        r["endpoint"]: [r["prompt_tokens"], r["completion_tokens"], r["cached_tokens"]] for r in rows
-    } == totals
-    assert {r["endpoint"]: r["requests"] for r in rows} == {
-        "chat.completions": 2,
-        "completions": 1,
-        "responses": 1,
-        "embeddings": 1,
-        "messages": 1,
-    }
+    def recorded(g: GatewayProcess) -> Totals:
+        rows = usage_rows(g, key_id=made["id"], group_by="endpoint,model")
+        return {
+            (r["endpoint"], r["model"]): [
+                r["requests"],
+                r["prompt_tokens"],
+                r["completion_tokens"],
+                r["cached_tokens"],
+                r["reasoning_tokens"],
+            ]
+            for r in rows
+        }
+
+    # The request that ended last is written within the writer's flush: wait for the count.
+    sent = sum(v[0] for v in totals.values())
+    eventually(lambda: sum(v[0] for v in recorded(gw).values()) >= sent, "every request's usage")
+    assert recorded(gw) == totals
     # One database: the other gateway reports the same rows (once this one's batch is written).
-    eventually(lambda: usage_rows(pair.first, key_id=made["id"], group_by="endpoint") == rows, "shared usage")
+    eventually(lambda: recorded(pair.first) == totals, "shared usage")
     (by_key,) = usage_rows(gw, key_id=made["id"], group_by="key,model", model=CHAT_MODEL)
-    assert by_key["prompt_tokens"] == sum(v[0] for k, v in totals.items() if k != "embeddings")
+    assert by_key["prompt_tokens"] == sum(v[1] for (_, model), v in totals.items() if model == CHAT_MODEL)
 
     # The keys file keeps working and is recorded under its name; /metrics counts per key.
     assert chat(gw, FILE_KEY).status_code == 200
@@ -312,6 +409,93 @@ def test_a_spent_budget_stops_the_key_on_every_gateway(pair: Pair) -> None:
         assert int(error.response.headers["retry-after"]) >= 1
     # A read that reaches no model is not refused.
     assert _authenticates(pair.first, key)
+
+
+PASSAGE = " ".join(
+    "The gateway counts every token a key uses and stops the key once its budget is spent." for _ in range(8)
+)
+
+
+def test_concurrent_requests_on_two_gateways_overshoot_a_budget_by_at_most_one_request(pair: Pair) -> None:
+    """Four clients (chat and embeddings, two per gateway) spend one key's daily budget at once,
+    each retrying while running requests hold what is left, until its gateway says the budget is
+    spent. The ledger's sum is exactly the `usage` the clients were sent, and it passes the budget
+    by less than one request's use (the issue allows one per gateway): every request reserved its
+    most before reaching a model. Then both gateways refuse the key with `insufficient_quota`,
+    naming the next UTC midnight as its reset."""
+    budget = 3000  # above the chat model's context (2048), which one chat request reserves
+    made = create_key(
+        pair.first, name="shared-budget", models=[CHAT_MODEL, EMBED_MODEL], budget={"tokens_per_day": budget}
+    )
+    key = made["key"]
+    eventually(lambda: _authenticates(pair.second, key), "the key reaches the other gateway")
+    served: list[tuple[str, int]] = []  # (gateway, the response's total tokens)
+    held = 0  # refusals while running requests held the rest: retried
+    lock = threading.Lock()
+
+    def spend(gw: GatewayProcess, kind: str) -> openai.RateLimitError:
+        nonlocal held
+        deadline = time.monotonic() + 300  # a hang guard, not a timing assertion
+        with sdk(gw, key) as client:
+            while time.monotonic() < deadline:
+                try:
+                    if kind == "chat":
+                        answer = client.chat.completions.create(
+                            model=CHAT_MODEL,
+                            messages=[{"role": "user", "content": PASSAGE}],  # cheap tokens: prefill
+                            max_tokens=8,
+                            extra_body={"ignore_eos": True},
+                        )
+                        assert answer.usage is not None
+                        used = answer.usage.total_tokens
+                    else:
+                        used = client.embeddings.create(model=EMBED_MODEL, input=[PASSAGE]).usage.total_tokens
+                except openai.RateLimitError as refused:
+                    if refused.code != "insufficient_quota" or "running requests hold" not in refused.message:
+                        return refused  # spent (checked below)
+                    with lock:
+                        held += 1
+                    time.sleep(0.2)  # its Retry-After is 1 s; sooner keeps the pressure on
+                    continue
+                with lock:
+                    served.append((gw.url, used))
+        raise AssertionError(f"{kind} on {gw.url}: the budget was never spent")
+
+    with ThreadPoolExecutor(4) as pool:
+        runs = [
+            pool.submit(spend, gw, kind) for gw in (pair.first, pair.second) for kind in ("chat", "embed")
+        ]
+        refusals = [run.result() for run in runs]
+
+    spent = sum(used for _, used in served)
+    rows = eventually(
+        lambda: [
+            r
+            for r in usage_rows(pair.second, key_id=made["id"], group_by="key")
+            if r["requests"] == len(served)
+        ],
+        "every request's usage",
+    )
+    assert rows[0]["total_tokens"] == spent  # recorded exactly, from both gateways
+    assert spent >= budget  # the gateways said so
+    biggest = max(used for _, used in served)
+    assert spent - budget < biggest, (spent, budget, sorted(u for _, u in served), held)
+    per_gateway = {url: max(u for g, u in served if g == url) for url, _ in served}
+    assert spent - budget <= sum(per_gateway.values())  # the issue's bound, implied by the one above
+
+    tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+    for gw in (pair.first, pair.second):
+        with sdk(gw, key) as client, pytest.raises(openai.RateLimitError) as later:
+            client.embeddings.create(model=EMBED_MODEL, input=["one more"])
+        refusals.append(later.value)
+    for i, refused in enumerate(refusals):
+        assert refused.code == "insufficient_quota" and refused.type == "insufficient_quota", refused.message
+        used = re.search(rf"used (\d+) of its {budget} tokens per day", refused.message)
+        assert used is not None, refused.message
+        # Spent when refused; the two asked last see every request's usage.
+        assert int(used[1]) == spent if i >= 4 else budget <= int(used[1]) <= spent
+        assert f"resets at {tomorrow}" in refused.message
+        assert 1 <= int(refused.response.headers["retry-after"]) <= 24 * 3600
 
 
 def test_max_parallel_holds_across_gateways(pair: Pair) -> None:

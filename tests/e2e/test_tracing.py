@@ -5,7 +5,9 @@ from its own process; the tests read the spans back from Phoenix's REST API and 
 the client's `traceparent` continued and a successor returned, the request's span with route,
 model, key name (never the key), status and usage equal to the response's, `admission` and
 `replica.call` under it, and across the Ray hop the replica's `replica.generate` with the
-engine's `engine.prefill` and `engine.decode` (one `tokens` event per batch).
+engine's `engine.prefill` and `engine.decode` (one `tokens` event per batch); a call answered
+whole (embeddings, and rerank and score through the same path) gets `replica.embed` and
+`engine.embed` there.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.gateway import GatewayProcess, start_gateway
-from tests.support.models import CHAT_MODEL
+from tests.support.gateway import REPO, GatewayProcess, start_gateway
+from tests.support.models import CHAT_MODEL, EMBED_MODEL
 from tests.support.phoenix import Phoenix, running_phoenix
 
 pytestmark = pytest.mark.slow
@@ -34,6 +36,13 @@ models:
     replicas: 1
     num_cpus: 0.5
     engine: {{n_ctx: 2048, n_threads: 1}}
+  - name: {EMBED_MODEL}
+    backend: llama_cpp
+    task: embed
+    source: {{path: {REPO / "models" / "all-minilm-l6-v2.Q8_0.gguf"}}}
+    replicas: 1
+    num_cpus: 0.25
+    engine: {{n_ctx: 512, n_batch: 512, n_ubatch: 512, n_threads: 1}}
 """
 KEYS = f"""
 keys:
@@ -199,3 +208,21 @@ def test_a_request_without_a_traceparent_starts_a_trace_and_an_error_is_marked(
     assert attr(failed, "http.response.status_code") == 404
     assert attr(failed, "error.type") == "404"
     assert len(phoenix.trace(error_trace)) == 1  # it reached no model: no admission, no replica
+
+
+def test_an_embedding_call_is_traced_across_the_ray_hop_too(traced: tuple[GatewayProcess, Phoenix]) -> None:
+    gw, phoenix = traced
+    with client(gw) as sdk:
+        raw = sdk.embeddings.with_raw_response.create(model=EMBED_MODEL, input=["a cat", "a dog"])
+        usage = raw.parse().usage
+    trace_id, _ = returned_traceparent(raw.headers)
+    route = "/v1/embeddings"
+    names = {f"POST {route}", "admission", "replica.call", "replica.embed", "engine.embed"}
+    spans = wait_for_trace(phoenix, trace_id, names)
+    assert parent(spans, "replica.call") == f"POST {route}"
+    assert parent(spans, "replica.embed") == "replica.call"
+    assert parent(spans, "engine.embed") == "replica.embed"
+    for name in (f"POST {route}", "replica.call", "replica.embed", "engine.embed"):
+        assert attr(spans[name], "gen_ai.usage.input_tokens") == usage.prompt_tokens, name
+    assert attr(spans["replica.embed"], "raygate.outcome") == "finished"
+    assert str(attr(spans["replica.embed"], "raygate.replica")).startswith(f"raygate:{EMBED_MODEL}:")

@@ -28,7 +28,8 @@ from raygate.protocol.ledger import KeyBudget, KeyCreate
 from raygate.server.access.auth import KeyStore
 from raygate.server.access.budgets import refusal_error
 from raygate.server.observability.ledger_writer import LedgerWriter
-from raygate.server.observability.usage_metrics import OTHER, KeyLabels
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.observability.usage_metrics import OTHER, KeyLabels, count_usage
 
 NOON = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC).timestamp()
 DAY = 24 * 3600.0
@@ -220,6 +221,23 @@ class _Named:
 def test_metric_labels_are_bounded() -> None:
     labels = KeyLabels(2)
     assert [labels.label(k) for k in ("a", "b", "c", "a", "d", "b")] == ["a", "b", OTHER, "a", OTHER, "b"]
+
+
+def test_metrics_name_a_bounded_number_of_keys_and_lose_no_tokens() -> None:
+    """A thousand keys through `/metrics`' own rendering: per counter and model, at most the
+    configured number of key ids plus `other`, and the sums are every key's tokens."""
+    metrics, labels = GatewayMetrics(), KeyLabels(5)
+    keys = [f"key_{i}" for i in range(1000)]
+    for i, key in enumerate(keys):
+        count_usage(metrics, labels, record(key, NOON, prompt=i % 7 + 1, completion=3, model=f"m{i % 2}"))
+    body, _ = metrics.render([])
+    samples = [
+        line for line in body.decode().splitlines() if line.startswith("raygate:key_prompt_tokens_total{")
+    ]
+    named = {line.split('key_id="')[1].split('"')[0] for line in samples}
+    assert len(named) == 6 and OTHER in named  # the first five seen, and everyone else
+    assert len(samples) <= 6 * 2  # (named + other) x models, whatever the number of keys
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in samples) == sum(i % 7 + 1 for i in range(1000))
 
 
 async def test_the_writer_batches_retries_and_loses_nothing_on_close() -> None:

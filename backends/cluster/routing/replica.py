@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import ray
 
@@ -66,6 +66,10 @@ MAX_QUEUED_DELTAS = MAX_DELTAS_PER_YIELD
 DRAIN_POLL_SECONDS = 0.05
 
 __all__ = ["MAX_DELTAS_PER_YIELD", "ModelWorker", "ReplicaDrainingError"]
+
+# A call answered whole, and its answer.
+W = TypeVar("W", EmbedRequest, RankRequest)
+R = TypeVar("R", EmbedResult, RankResult)
 
 
 def _is_last(delta: Delta) -> bool:
@@ -171,19 +175,23 @@ class ModelWorker:
             if request.trace is not None:  # only then: tracing off loads no OpenTelemetry
                 from raygate.backends.cluster.routing.replica_trace import traced_batches
 
-                attributes: dict[str, str | int] = {
-                    "gen_ai.request.model": self._config.name,
-                    "raygate.engine_request_id": request.request_id,
-                    "raygate.replica": ray.get_runtime_context().get_actor_name() or "",
-                    "raygate.node_id": ray.get_runtime_context().get_node_id(),
-                    "raygate.inflight": self._inflight,
-                }
-                batches = traced_batches(request.trace, attributes, batches)
+                batches = traced_batches(request.trace, self._span_attributes(request.request_id), batches)
             async with contextlib.aclosing(batches) as stream:
                 async for batch in stream:
                     yield batch
         finally:
             self._inflight -= 1
+
+    def _span_attributes(self, request_id: str) -> dict[str, str | int]:
+        """What the replica's span of a traced call says about where it ran."""
+        runtime = ray.get_runtime_context()
+        return {
+            "gen_ai.request.model": self._config.name,
+            "raygate.engine_request_id": request_id,
+            "raygate.replica": runtime.get_actor_name() or "",
+            "raygate.node_id": runtime.get_node_id(),
+            "raygate.inflight": self._inflight,
+        }
 
     async def _batches(self, engine: Engine, request: GenerateRequest) -> AsyncGenerator[list[Delta], None]:
         """The engine's deltas, coalesced: the first at once, then whatever queued meanwhile.
@@ -195,18 +203,21 @@ class ModelWorker:
                 yield batch
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        engine = self._admit()
-        self._inflight += 1
-        try:
-            return await engine.embed(request)
-        finally:
-            self._inflight -= 1
+        return await self._whole("embed", request, self._admit().embed)
 
     async def rank(self, request: RankRequest) -> RankResult:
-        engine = self._admit()
+        return await self._whole("rank", request, self._admit().rank)
+
+    async def _whole(self, operation: str, request: W, call: Callable[[W], Awaitable[R]]) -> R:
+        """A call answered whole (embed, rank), counted in flight, with its spans when traced."""
         self._inflight += 1
         try:
-            return await engine.rank(request)
+            if request.trace is None:
+                return await call(request)
+            from raygate.backends.cluster.routing.replica_trace import traced_call
+
+            attributes = self._span_attributes(request.request_id)
+            return await traced_call(request.trace, operation, attributes, call(request))
         finally:
             self._inflight -= 1
 
