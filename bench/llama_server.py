@@ -56,15 +56,22 @@ def cmake_args(variant: str = "portable") -> list[str]:
     return [a for a in flags if a.split("=", 1)[0] not in overridden] + ours
 
 
-def binary(version: str | None = None, variant: str = "portable") -> Path:
-    """The `llama-server` of llama-cpp-python `version` (the installed one by default) built as
-    `variant` says, built first if the cache has none."""
+def binary_path(variant: str = "portable", version: str | None = None) -> Path:
+    """Where the `variant` build of llama-cpp-python `version` (the installed one by default) puts
+    `llama-server`, built or not."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
     version = index_version(version or metadata.version("llama_cpp_python"))
     src = CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
-    build = src / ("build" if variant == "portable" else f"build-{variant}")
-    exe = build / "bin" / "llama-server"
+    return src / ("build" if variant == "portable" else f"build-{variant}") / "bin" / "llama-server"
+
+
+def binary(version: str | None = None, variant: str = "portable") -> Path:
+    """The `llama-server` of llama-cpp-python `version` (the installed one by default) built as
+    `variant` says, built first if the cache has none."""
+    exe = binary_path(variant, version)
+    build, src = exe.parent.parent, exe.parent.parent.parent
+    version = index_version(version or metadata.version("llama_cpp_python"))
     if exe.exists():
         return exe
     CACHE.mkdir(parents=True, exist_ok=True)
