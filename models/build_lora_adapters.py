@@ -14,6 +14,11 @@ sdist (with the `gguf-py` and `conversion` package beside it in that tarball), s
 what the pinned llama.cpp reads. Folders are named after this script's format version: a changed
 recipe gets new folders, an unchanged one is never rebuilt.
 
+One more adapter, `other-base-lora`, is made the same way for ANOTHER base: a tiny random Llama
+(2 layers, hidden size 64, SmolLM2's tokenizer) saved under `tiny-llama-other-base-v1/`, so the
+tests can check that an adapter of another base is refused by name (issue 49). It has its own
+version (OTHER_VERSION): adding it rebuilt none of the SmolLM2 adapters.
+
     python models/build_lora_adapters.py           # build what is missing, print the GGUF paths
     python models/build_lora_adapters.py --check   # also: greedy answers of base, a and b
 """
@@ -41,10 +46,20 @@ CONVERTER = Path("~/.cache/raygate/src/llama-cpp-convert-0.3.36").expanduser()
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 RANK = 8
 B_STD = 0.5  # std of lora_B: 0.2 leaves confident answers alone, 1.0 writes gibberish (--check)
+# The adapter of another base model, and that base: its own versions, so the SmolLM2 ones stay.
+OTHER, OTHER_SEED, OTHER_VERSION = "other-base-lora", 4321, 1
+OTHER_BASE = CACHE / f"tiny-llama-other-base-v{OTHER_VERSION}"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
 
 
 def adapter_folder(name: str) -> Path:
-    return CACHE / f"{name}-v{FORMAT_VERSION}"
+    return CACHE / f"{name}-v{OTHER_VERSION if name == OTHER else FORMAT_VERSION}"
 
 
 def adapter_gguf(name: str) -> Path:
@@ -71,6 +86,34 @@ def converter() -> Path:
         shutil.rmtree(CONVERTER, ignore_errors=True)
         Path(tmp).rename(CONVERTER)
     return script
+
+
+def build_other_base(smollm2: Path) -> None:
+    """A tiny random Llama that is not SmolLM2 (hidden size 64, 2 layers) with SmolLM2's vocabulary
+    and tokenizer, so that llama.cpp's converter reads it as a base: seconds to build."""
+    import torch
+    from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(OTHER_SEED)
+    vocab = AutoConfig.from_pretrained(smollm2).vocab_size
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    OTHER_BASE.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=OTHER_BASE.parent, prefix=f".{OTHER_BASE.name}.") as tmp:
+        LlamaForCausalLM(config).save_pretrained(tmp)
+        for file in TOKENIZER_FILES:
+            if (smollm2 / file).is_file():
+                shutil.copy(smollm2 / file, tmp)
+        shutil.rmtree(OTHER_BASE, ignore_errors=True)
+        Path(tmp).rename(OTHER_BASE)
 
 
 def build_adapter(name: str, seed: int, base: Path) -> None:
@@ -140,9 +183,13 @@ def main() -> int:
     for name, seed in ADAPTERS.items():
         if args.force or not adapter_gguf(name).is_file():
             build_adapter(name, seed, base)
+    if args.force or not (OTHER_BASE / "config.json").is_file():
+        build_other_base(base)
+    if args.force or not adapter_gguf(OTHER).is_file():
+        build_adapter(OTHER, OTHER_SEED, OTHER_BASE)
     if args.check:
         check(base)
-    for name in ADAPTERS:
+    for name in [*ADAPTERS, OTHER]:
         print(f"{name}: {adapter_gguf(name)}")
     return 0
 

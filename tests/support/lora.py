@@ -15,6 +15,7 @@ BUILDER = Path(__file__).resolve().parents[2] / "models" / "build_lora_adapters.
 # with one confident answer ("the capital of France") may keep it.
 PROMPT = "Tell me a short story about a cat."
 BASE, A, B = "smollm2-135m-instruct", "smollm2-lora-a", "smollm2-lora-b"
+OTHER = "other-base-lora"  # a real adapter of another base model (a tiny Llama): to be refused
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class LoraGateway:
 
 
 def build_adapters() -> dict[str, Path]:
-    """Name -> GGUF path of each adapter, as the builder prints them; it builds what is missing
+    """Name -> GGUF path of each adapter (OTHER included), as the builder prints them; it builds what is missing
     (a minute or two, once per machine) and answers at once after that."""
     done = subprocess.run(
         [sys.executable, str(BUILDER)],

@@ -29,7 +29,7 @@ import openai
 import pytest
 
 from tests.support.admin import raygate
-from tests.support.lora import BASE, PROMPT, A, B, LoraGateway, assert_each_got_its_own
+from tests.support.lora import BASE, OTHER, PROMPT, A, B, LoraGateway, assert_each_got_its_own
 
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 16}
 
@@ -194,6 +194,8 @@ def test_bad_adapter_requests_are_refused_by_name(
     cases = [
         ({"lora_name": "bad-file", "lora_path": str(not_an_adapter(backend, tmp_path))}, 400, "bad-file"),
         ({"lora_name": "no-file", "lora_path": str(tmp_path / "missing")}, 400, "missing"),
+        # A real adapter, made for another base model (a tiny Llama with other layer sizes).
+        ({"lora_name": OTHER, "lora_path": str(adapters[OTHER]), "base_model_name": BASE}, 400, OTHER),
         ({"lora_name": "relative", "lora_path": "adapters/x"}, 400, "absolute"),
         ({"lora_name": A, "lora_path": str(adapters[A])}, 400, A),  # the name is taken
         ({"lora_name": BASE, "lora_path": str(adapters[A])}, 400, BASE),
@@ -220,7 +222,7 @@ def test_bad_adapter_requests_are_refused_by_name(
     with pytest.raises(openai.NotFoundError, match="smollm2-lora-z"):
         chat(lclient, "smollm2-lora-z")
     assert {m.id for m in lclient.models.list().data} >= {BASE, A, B}
-    assert not {"bad-file", "no-file", "x", "y", "half"} & {m.id for m in lclient.models.list().data}
+    assert not {"bad-file", "no-file", OTHER, "x", "y", "half"} & {m.id for m in lclient.models.list().data}
     assert chat(lclient, BASE) == base  # the base kept serving, unchanged
 
 
