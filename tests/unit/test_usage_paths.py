@@ -92,7 +92,7 @@ def handle(ledger: InProcessLedger, router: Router, budget: KeyBudget) -> ModelH
     ctx = RequestContext("req", loop.time(), key=key)
     ticket = Admission().gate("m", router.config.limits).enter()
     budgets = Budgets(ledger)  # type: ignore[arg-type]  # LedgerClient's interface, in-process
-    return ModelHandle(router, ctx, ticket, GatewayMetrics(), Settings(), None, budgets)  # type: ignore[arg-type]
+    return ModelHandle(router, ctx, ticket, GatewayMetrics(), Settings(), budgets=budgets)  # type: ignore[arg-type]
 
 
 async def call(model: ModelHandle, kind: str, n: int) -> None:
