@@ -5,11 +5,11 @@ the shutdown gets connection errors. Here the first SIGTERM (or Ctrl-C) only sta
 
 1. `/ready` answers 503 and new requests get 503 + `Connection: close`, while the socket stays
    open, so clients and balancers see a clear answer;
-   keep-alive ends at once: idle kept-alive connections are closed on the drain's first tick, and
-   every response that starts from then on says `Connection: close` (those already under way close
-   their connection after their last byte). Otherwise a client's next request (a POST, which no
-   client retries) could go out on a kept-alive connection just as step 4 closes it, and it would
-   see a bare connection error instead of an answer;
+   every response that starts from then on says `Connection: close` (closing idle kept-alive
+   connections at once with uvicorn's `shutdown()` stalled a stream in flight through a
+   container's port forwarding until the drain timeout: not done). Otherwise a client's next
+   request (a POST, which no client retries) could go out on a kept-alive connection just as
+   step 4 closes it, and it would see a bare connection error instead of an answer;
 2. in-flight requests (streams included) have `drain_timeout_s` to finish normally;
 3. those still running then end with an error (an in-band error event + `[DONE]` for a stream
    whose headers are out, 503 otherwise), and the engine requests are cancelled;
@@ -49,7 +49,6 @@ class Lifecycle:
     contexts: set[RequestContext] = field(default_factory=set)
     _drain_started: float = 0.0
     _stopped_at: float | None = None
-    _keep_alive_ended: bool = False
 
     def begin_drain(self) -> None:
         """Called from a signal handler: only set flags (the event loop does the rest)."""
@@ -76,13 +75,6 @@ class Lifecycle:
                 )
         return self._stopped_at is not None and now - self._stopped_at >= STOP_GRACE_S
 
-    def end_keep_alive(self) -> bool:
-        """True once, on the first tick of a drain: the caller then closes the idle connections."""
-        if not self.draining or self._keep_alive_ended:
-            return False
-        self._keep_alive_ended = True
-        return True
-
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server with a drain step in front of its shutdown (see the module docstring)."""
@@ -101,11 +93,6 @@ class DrainingServer(uvicorn.Server):
         self.lifecycle.begin_drain()
 
     async def on_tick(self, counter: int) -> bool:
-        if self.lifecycle.end_keep_alive():
-            # uvicorn's own per-connection shutdown: an idle connection closes now, one with a
-            # request under way closes after its response (keep-alive off).
-            for connection in list(self.server_state.connections):
-                connection.shutdown()
         if not self.should_exit and self.lifecycle.poll():
             log.info("drain complete; shutting down")
             self.should_exit = True

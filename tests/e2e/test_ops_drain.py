@@ -1,8 +1,7 @@
 """SIGTERM with streams in flight (fault test 7): /ready and new requests get 503 at once, a stream
 that fits in the drain timeout finishes normally, one that does not ends with an error event +
-[DONE], the Ray replicas are released and the process exits 0. Keep-alive ends with the drain's
-start: an idle kept-alive connection is closed while the gateway still drains, and a response under
-way when the drain began says `Connection: close` (no client's next POST goes out on a connection
+[DONE], the Ray replicas are released and the process exits 0. A response under way when the
+drain began says `Connection: close` (no client's next POST goes out on a connection
 the stopping gateway is about to close).
 
 This test needs its own gateway, since it stops it; it is small (one synthetic model) and attaches
@@ -62,19 +61,12 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
             "4",
             "--api-key",
             KEY,
-            "--keep-alive-timeout",
-            "120",  # the idle connection below stays open unless the drain closes it
         ],
         tmp_path / "drain.log",
     )
-    idle = raw_http.connect(gw.port)
     pending = raw_http.connect(gw.port)
     try:
         assert len(_replicas_alive()) == 1
-        # A kept-alive connection, idle when the drain starts.
-        _send(idle, "GET", "/health")
-        first = raw_http.read_response(idle)
-        assert first.startswith(b"HTTP/1.1 200 ") and raw_http.header(first, b"connection") != b"close"
         # A non-streamed request under way when the drain starts, and still at its timeout (100 s
         # of tokens): its answer's head is written during the drain.
         _send(pending, "POST", "/v1/completions", {"model": "synth-drain", "prompt": "x", "max_tokens": 2000})
@@ -106,9 +98,6 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
         assert refused.json()["error"]["code"] == "server_shutting_down"
         assert httpx.get(f"{gw.url}/health", timeout=10).status_code == 200  # alive while draining
 
-        # Keep-alive is over: the idle connection is closed now, while the long stream still runs
-        # (the drain's end would close it too, but only after that stream has been ended).
-        assert raw_http.read_all(idle) == b""
         assert long.is_alive() and not any("error" in d for d in long.data), long.data[-3:]
         # The request under way is ended by the drain timeout, with `Connection: close`, and the
         # connection closes after it.
@@ -129,7 +118,6 @@ def test_sigterm_drains_then_exits_zero(ray_address: str, tmp_path: Path) -> Non
         assert 1 < len(long.data) - 2 < 2000
         code = gw.proc.wait(60)
     finally:
-        idle.close()
         pending.close()
         code = gw.stop()
     assert code == 0, gw.log()[-3000:]
