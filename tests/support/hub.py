@@ -223,6 +223,10 @@ class OlahServer:
         self.stop()
         raise RuntimeError(f"olah did not answer in {START_TIMEOUT_S:.0f}s: see {self.root / 'olah.log'}")
 
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
