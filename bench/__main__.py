@@ -6,6 +6,7 @@ bench/results/<date>.json, <date>.png and <date>.md (the Markdown tables, also o
     python -m bench --only instant paced # some scenarios only
     python -m bench --only rerank        # the rerank row only (documents/s, bench/rerank.py)
     python -m bench --only batches       # interactive TTFT with and without a batch (bench/batches.py)
+    python -m bench --only vllm          # opt-in: the vLLM engine vs `vllm serve` (bench/vllm_serve.py)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import batches, chart, plan, report, rerank
+from bench import batches, chart, plan, report, rerank, vllm_serve
 from bench.run import run
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="+",
         metavar="SCENARIO",
-        choices=[s.name for s in plan.SCENARIOS] + ["rerank", "batches"],
+        choices=[s.name for s in plan.SCENARIOS] + ["rerank", "batches", "vllm"],
     )
     parser.add_argument("--memory-requests", type=int, default=None, help="0 skips the memory run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <date>.json and .png")
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     with tempfile.TemporaryDirectory(prefix="raygate-bench-") as logs:
         record = run(scenarios, Path(logs), memory, with_rerank, batch_row)
+        if args.only and "vllm" in args.only:  # opt-in (minutes per round); its servers start alone
+            record["vllm"] = vllm_serve.run_rounds(Path(logs), quick=args.quick)
     record["date"] = time.strftime("%Y-%m-%d", time.localtime(record["started"]))
     record["command"] = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
     rows = report.evaluate(record)
@@ -71,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         tables += f"\n{rerank.markdown(record['rerank'])}\n"
     if record.get("batches"):
         tables += f"\n{batches.markdown(record['batches'])}\n"
+    if record.get("vllm"):
+        tables += f"\n{vllm_serve.markdown(record['vllm'])}\n"
     (args.out / f"{stem}.md").write_text(f"# `{record['command']}`, {record['date']}\n\n{tables}")
     print(tables)
     try:  # last: the numbers are written whether or not a chart can be drawn
