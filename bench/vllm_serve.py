@@ -151,15 +151,11 @@ def run_rounds(
                     for c in concurrency:
                         log.info("vllm row, round %d: %s c=%d on %s", round_, workload, c, target)
                         args = vllm_bench.bench_args(server.url, model.name, tokenizer, workload, c, prompts)
-                        runs.append(
-                            {
-                                "round": round_,
-                                "workload": workload,
-                                "concurrency": c,
-                                "target": target,
-                                **vllm_bench.run_one(args),
-                            }
-                        )
+                        result = vllm_bench.run_one(args)
+                        cell = {"round": round_, "workload": workload, "concurrency": c, "target": target}
+                        runs.append({**cell, **result})
+                        # In the log as well: a run cut short still leaves the cells it finished.
+                        log.info("vllm row, round %d: %s c=%d on %s: %s", round_, workload, c, target, result)
                         if out:
                             out.write_text(json.dumps(runs, indent=1) + "\n")
     return runs
