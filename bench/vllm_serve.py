@@ -80,10 +80,8 @@ def vllm_serve_command(model: ModelConfig) -> tuple[list[str], dict[str, str]]:
     folder = resolve_model_file(model.source, folder=True)
     kwargs = engine_kwargs(str(folder), embedding=False, user_kwargs=model.engine, num_gpus=0)
     kwargs.pop("runner")  # `generate`: the server's default
-    tokenizer = kwargs.pop("tokenizer")
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(kwargs.pop("model"))]
-    if tokenizer != str(folder):
-        argv += ["--tokenizer", str(tokenizer)]
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    argv += ["--model", str(kwargs.pop("model")), "--tokenizer", str(kwargs.pop("tokenizer"))]
     for key, value in sorted(kwargs.items()):
         argv += _flag(key, value)
     defaults = model.defaults.model_dump(exclude_none=True)

@@ -7,9 +7,11 @@ the two targets cannot drift apart. No server starts here (the row itself is `py
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from bench import servers, vllm_bench, vllm_serve
@@ -31,34 +33,66 @@ def other_config(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("which", ["example", "other"])
-def test_vllm_serve_runs_the_engine_settings_of_raygates_replica(which: str, tmp_path: Path) -> None:
-    from vllm import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    config = VLLM_CONFIG if which == "example" else other_config(tmp_path)
-    model = vllm_serve.chat_model(config)
-    assert model.source is not None
-    argv, env = vllm_serve.vllm_serve_command(model)
-    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(
-        ["8000" if a == servers.PORT else a for a in argv[3:]]
-    )
+# vLLM's own parser and `AsyncEngineArgs`, in a process of their own as `vllm serve` runs them (an
+# import of vLLM warns, which this suite turns into errors, and holds ~700 MB): for each case, the
+# fields the server's command line gives, and those the replica's keywords give.
+READ = """
+import json, sys
+from vllm import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+out = []
+for case in json.loads(sys.stdin.read()):
+    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(case["argv"])
     served = AsyncEngineArgs.from_cli_args(parsed)
-    folder = str(resolve_model_file(model.source, folder=True))
-    replica = AsyncEngineArgs(**engine_kwargs(folder, embedding=False, user_kwargs=model.engine, num_gpus=0))
-    for key in (*model.engine, "disable_log_stats", "model", "tokenizer"):
-        assert getattr(served, key) == getattr(replica, key), key
-    assert parsed.served_model_name == [model.name, *model.aliases]
-    assert served.override_generation_config == model.defaults.model_dump(exclude_none=True)
-    assert env == model.env
-    if which == "example":  # the example's CPU settings, as a vLLM user would set them
-        assert served.enforce_eager and served.max_model_len == 2048
-        assert served.override_generation_config == {"repetition_penalty": 1.1}
-        assert env["VLLM_CPU_KVCACHE_SPACE"] and env["OMP_NUM_THREADS"]
-    else:
-        assert served.enforce_eager is False and served.max_num_seqs == 4
+    replica = AsyncEngineArgs(**case["replica"])
+    keys = [*case["keys"], "override_generation_config"]
+    out.append({
+        "served": {k: getattr(served, k) for k in keys},
+        "replica": {k: getattr(replica, k) for k in case["keys"]},
+        "names": parsed.served_model_name,
+    })
+print(json.dumps(out))
+"""
+
+
+def test_vllm_serve_runs_the_engine_settings_of_raygates_replica(tmp_path: Path) -> None:
+    models = [vllm_serve.chat_model(config) for config in (VLLM_CONFIG, other_config(tmp_path))]
+    cases = []
+    for model in models:
+        assert model.source is not None
+        argv, env = vllm_serve.vllm_serve_command(model)
+        assert argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        assert env == model.env  # the replica's `env:`: KV cache space, OpenMP threads and binding
+        folder = str(resolve_model_file(model.source, folder=True))
+        cases.append(
+            {
+                "argv": ["8000" if a == servers.PORT else a for a in argv[3:]],
+                "replica": engine_kwargs(folder, embedding=False, user_kwargs=model.engine, num_gpus=0),
+                "keys": [*model.engine, "disable_log_stats", "model", "tokenizer"],
+            }
+        )
+    read = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", READ],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr[-3000:]
+    results = json.loads(read.stdout.strip().splitlines()[-1])
+    for model, got in zip(models, results, strict=True):
+        served = got["served"]
+        assert {k: served[k] for k in got["replica"]} == got["replica"]
+        assert got["names"] == [model.name, *model.aliases]
+        assert served["override_generation_config"] == model.defaults.model_dump(exclude_none=True)
+    example, other = (r["served"] for r in results)
+    # The example's CPU settings, as a vLLM user would give them; the other's, a false switch.
+    assert example["enforce_eager"] is True and example["max_model_len"] == 2048
+    assert example["override_generation_config"] == {"repetition_penalty": 1.1}
+    assert other["enforce_eager"] is False and other["max_num_seqs"] == 4
+    assert other["override_generation_config"] == {}
 
 
 def test_the_row_benches_the_config_model_with_its_own_tokenizer() -> None:
