@@ -80,7 +80,9 @@ def start_local(*, dashboard: bool = False, **init_args: Any) -> Any:
         os.environ.setdefault(name, value)
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            context = ray.init(include_dashboard=dashboard, **init_args)
+            # `local`: a new cluster even where another one runs on this host (`ray start`);
+            # without it `ray.init` attaches to the latest of those, someone else's.
+            context = ray.init(address="local", include_dashboard=dashboard, **init_args)
         except Exception as exc:
             if attempt == START_ATTEMPTS or not is_start_failure(str(exc)):
                 raise
