@@ -134,7 +134,8 @@ def fill(
 def _interactive_prefill(running: dict[int, RunningSequence], stepping: set[int]) -> bool:
     """Whether an interactive sequence has prompt tokens to feed in this decode."""
     return any(
-        not seq.rank[0] and slot not in stepping and seq.fed < len(seq.prompt) for slot, seq in running.items()
+        not seq.rank[0] and slot not in stepping and seq.fed < len(seq.prompt)
+        for slot, seq in running.items()
     )
 
 
