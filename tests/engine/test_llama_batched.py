@@ -482,3 +482,49 @@ async def test_an_interactive_request_preempts_a_batch_line_which_resumes_unchan
     assert last.completion_tokens > 0
     assert batched.stats().preemptions_total > before
     assert await asyncio.gather(*lines) == alone
+
+
+async def test_an_interactive_prefill_decodes_without_the_batch_lines(batched: Engine) -> None:
+    """While batch lines decode, the decode that evaluates an interactive prompt carries nothing of
+    theirs (no next token, no prompt chunk): it costs what it costs with no batch running, so the
+    batch adds nothing to the interactive request's time to first token. The lines keep their
+    sampled tokens and go on after it, each to the greedy text it gives alone."""
+    assert isinstance(batched, BatchedLlamaCppEngine)
+    prompts = [f"Count upwards forever: {i}, {i + 1}, {i + 2}," for i in (5, 60, 700)]
+
+    def line(i: int) -> GenerateRequest:
+        sampling = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+        return GenerateRequest(f"bg-{i}", sampling, prompt=prompts[i], background=True)
+
+    alone = [(await run(batched, line(i)))[0] for i in range(len(prompts))]
+    started = [asyncio.Event() for _ in prompts]
+
+    async def read(i: int) -> str:
+        text, seen = "", 0
+        async for delta in batched.generate(line(i)):
+            text, seen = text + delta.text, seen + 1
+            if seen == 3:
+                started[i].set()
+        return text
+
+    decodes: list[list[int]] = []  # the slot of each token, per decode
+    decode = batched._decode_batch
+
+    def recorded(batch: Any) -> None:
+        b = batch.batch
+        decodes.append([b.seq_id[i][0] for i in range(b.n_tokens)])
+        decode(batch)
+
+    lines = [asyncio.create_task(read(i)) for i in range(len(prompts))]
+    await asyncio.gather(*(event.wait() for event in started))
+    batched._decode_batch = recorded  # type: ignore[method-assign]
+    try:
+        prompt = " ".join(f"item {i} is a {w}," for i, w in enumerate(["cat", "dog", "fox", "owl"] * 6))
+        _, last = await run(batched, request(31, prompt, max_tokens=1))
+    finally:
+        del batched._decode_batch  # the class's method again
+    assert last.completion_tokens == 1 and last.prompt_tokens > 50
+    prefills = [d for d in decodes if max(d.count(slot) for slot in d) > 1]
+    assert prefills, decodes  # the interactive prompt was evaluated while the lines ran
+    assert all(len(set(d)) == 1 for d in prefills), prefills  # and no line rode along
+    assert await asyncio.gather(*lines) == alone

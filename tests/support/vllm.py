@@ -16,6 +16,8 @@ from tests.support.gateway import REPO, GatewayProcess
 
 VLLM_CONFIG = REPO / "examples" / "vllm-cpu.yaml"
 LORA_VLLM_CONFIG = REPO / "examples" / "lora-vllm.yaml"
+# `max_num_seqs` of the session's vLLM chat model (`session_config`).
+VLLM_MAX_NUM_SEQS = 8
 
 
 def session_config(out: Path) -> Path:
@@ -25,6 +27,10 @@ def session_config(out: Path) -> Path:
     one (tests/e2e/vllm/test_vllm_lora.py). The adapters must be built (tests/support/lora.py)."""
     models = yaml.safe_load(VLLM_CONFIG.read_text())["models"]
     lora = {m["name"]: m for m in yaml.safe_load(LORA_VLLM_CONFIG.read_text())["models"]}
+    # A bound on the sequences its EngineCore runs at once, so requests past it wait in vLLM's own
+    # queue, where its priority scheduling orders them (tests/e2e/vllm/test_vllm_batches.py).
+    for model in lora.values():
+        model.setdefault("engine", {})["max_num_seqs"] = VLLM_MAX_NUM_SEQS
     out.write_text(yaml.safe_dump({"models": [lora.get(m["name"], m) for m in models]}, sort_keys=False))
     return out
 

@@ -60,8 +60,9 @@ def test_prompt_chunks_fill_only_the_room_the_next_tokens_leave() -> None:
 
 def test_an_interactive_prompt_takes_the_room_first_and_batch_prompts_wait_for_it() -> None:
     """Prompt chunks share a decode's room by class: the interactive prompt (in a later slot,
-    arrived later) is fed first, and no batch line's prompt rides in the decode that gives the
-    interactive request its first token; a batch line's next token still does."""
+    arrived later) is fed first, and no batch line rides in the decode that gives the
+    interactive request its first token, neither a prompt chunk nor a next token (it keeps its
+    token for the next decode); an interactive next token does."""
     batch = _internals.LlamaBatch(n_tokens=8, embd=0, n_seq_max=1, verbose=False)
     cached: list[list[int]] = [[], [4], [], []]
     line = sequence([9] * 6, fed=0, next_token=None)
@@ -70,15 +71,19 @@ def test_an_interactive_prompt_takes_the_room_first_and_batch_prompts_wait_for_i
     decoding.rank = (True, 0)
     interactive = sequence([7] * 5, fed=0, next_token=None)
     interactive.order = 2
-    running = {0: line, 1: decoding, 3: interactive}
-    fill(batch, running, cached, n_batch=8)
+    other = sequence([5], fed=1, next_token=50)  # an interactive request already decoding
+    cached.append([5])
+    running = {0: line, 1: decoding, 3: interactive, 4: other}
+    outputs, _ = fill(batch, running, cached, n_batch=8)
     b = batch.batch
-    assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [1, 3, 3, 3, 3, 3]
-    assert (line.fed, interactive.fed) == (0, 5)
-    # Once the interactive prompt is in, the batch line's prompt is fed.
-    interactive.next_token = 70
+    assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [3, 3, 3, 3, 3, 4]
+    assert (line.fed, interactive.fed) == (0, 5) and decoding.next_token == 40
+    assert [slot for slot, _ in outputs] == [3, 4]
+    # Once the interactive prompt is in, the batch lines decode again: the held token, the prompt.
+    interactive.next_token, other.next_token = 70, 51
     fill(batch, running, cached, n_batch=8)
-    assert line.fed == 6
+    assert [b.seq_id[i][0] for i in range(b.n_tokens)] == [0] * 5 + [1, 3, 4]
+    assert line.fed == 5 and decoding.next_token is None and cached[1] == [4, 40]
 
 
 def test_batch_prompts_share_the_room_by_priority_then_arrival() -> None:

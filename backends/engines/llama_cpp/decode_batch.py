@@ -79,7 +79,9 @@ def fill(
     measured. A prompt's first token then rides in the decode's micro-batch.
     A prompt's text stops at its next image span (`RunningSequence.images`), which the
     scheduler evaluates through the projector before the next fill. Prompt chunks share the room
-    by class (`_prompt_takes`): a batch line's prompt waits while an interactive one is fed.
+    by class (`_prompt_takes`): a batch line's prompt waits while an interactive one is fed, and so
+    does a batch line's next token: the decodes that prefill an interactive prompt carry no batch
+    line, so its time to first token is the one it has with no batch running.
     Returns (slot, batch index) of each token whose logits are sampled, and
     (slot, first batch index, first prompt position, count) of each prompt chunk whose
     tokens are scored (prompt logprobs)."""
@@ -101,6 +103,10 @@ def fill(
 
     order = sorted(running)
     stepping = {slot for slot in order if decodes(running[slot])}
+    if _interactive_prefill(running, stepping):
+        # Batch lines sit this decode out (keeping their sampled tokens): it carries an interactive
+        # prompt, whose first token then costs what it costs with no batch running.
+        stepping = {slot for slot in stepping if not running[slot].rank[0]}
     takes = _prompt_takes(running, stepping, n_batch - len(stepping))  # room after every next token
     for slot in order:
         seq = running[slot]
@@ -123,6 +129,14 @@ def fill(
             add(slot, token, every or last)
         seq.fed += take
     return outputs, scored
+
+
+def _interactive_prefill(running: dict[int, RunningSequence], stepping: set[int]) -> bool:
+    """Whether an interactive sequence has prompt tokens to feed in this decode."""
+    return any(
+        not seq.rank[0] and slot not in stepping and seq.fed < len(seq.prompt)
+        for slot, seq in running.items()
+    )
 
 
 def _prompt_takes(running: dict[int, RunningSequence], stepping: set[int], room: int) -> dict[int, int]:

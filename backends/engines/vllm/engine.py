@@ -59,6 +59,7 @@ from raygate.backends.engines.vllm.translate import (
     single_token_markers,
     starts_thinking,
     thinking_args,
+    vllm_priority,
     vllm_thinking_budget,
 )
 from raygate.backends.heap import freeze_startup_heap
@@ -303,7 +304,14 @@ class VllmEngine(Engine):
                 "prompt_token_ids": ids,
                 **(await asyncio.to_thread(image_data, request) if images else {}),
             }
-            stream = llm.generate(prompt, params, rid, lora_request=adapter, reasoning_ended=reasoning_ended)
+            stream = llm.generate(
+                prompt,
+                params,
+                rid,
+                lora_request=adapter,
+                priority=vllm_priority(request),
+                reasoning_ended=reasoning_ended,
+            )
             try:
                 async with self._adapters.using(llm, adapter), contextlib.aclosing(stream):
                     # Closing `stream` (on our own close or cancellation) makes vLLM abort `rid`.

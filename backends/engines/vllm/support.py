@@ -18,7 +18,11 @@ from raygate.protocol.generation import SamplingParams, TokenLogprob, ToolsSpec,
 
 # Our stat logger below is vLLM's way to see its scheduler; with it, vLLM's own periodic log
 # lines and Prometheus registry would be extra work per step, so they are off unless asked for.
-DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"disable_log_stats": True}
+# `scheduling_policy: priority`: vLLM's waiting queue ordered by each request's priority (lower
+# first, then arrival; `translate.vllm_priority`), and a running request of the worst priority is
+# the one preempted when KV blocks run out. A config's `engine: {scheduling_policy: fcfs}` turns
+# it off (vLLM then ignores the priorities).
+DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"disable_log_stats": True, "scheduling_policy": "priority"}
 
 # A reasoning model's thinking on vLLM (docs/reasoning.md): the logits processor that turns an end
 # of generation drawn while thinking into the end marker (thinking_end.py, loaded by vLLM's

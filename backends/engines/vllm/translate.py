@@ -182,6 +182,17 @@ def pair_inputs(tokenizer: Any, request: RankRequest, context: int) -> list[tupl
 # ---- a generate request -> vLLM's SamplingParams, its outputs -> Deltas ------------------------
 
 
+# A batch line's priority is shifted by this: below every interactive request whatever either's
+# `priority` (the API's range is a 32-bit int; vLLM's queue compares Python ints).
+BACKGROUND_PRIORITY_OFFSET = 2**33
+
+
+def vllm_priority(request: GenerateRequest) -> int:
+    """The request's `priority` as vLLM's priority scheduler takes it (lower first): batch lines
+    (`background`) after every interactive request, in their own `priority` order."""
+    return request.priority + (BACKGROUND_PRIORITY_OFFSET if request.background else 0)
+
+
 def generate_params(
     request: GenerateRequest,
     ids: list[int],
