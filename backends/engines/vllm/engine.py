@@ -35,7 +35,7 @@ from raygate.backends.engines.base import (
     truncate_prompt,
 )
 from raygate.backends.engines.images import has_images
-from raygate.backends.engines.reasoning import END, START, ReasoningFormat, closing_text
+from raygate.backends.engines.reasoning import END, START, ReasoningFormat, can_disable, closing_text
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.lora import VllmAdapters
@@ -242,8 +242,14 @@ class VllmEngine(Engine):
             text = chat_text(
                 self._tokenizer, request.messages, request.tools, request.add_generation_prompt, switch
             )
-            if self._thinks is not None and request.thinking is False and request.add_generation_prompt:
-                text += closing_text(text)
+            thinks = self._thinks
+            if (
+                thinks is not None
+                and request.thinking is False
+                and request.add_generation_prompt
+                and can_disable(thinks.parser)
+            ):
+                text += closing_text(text, thinks.parser)
             ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         else:
             ids = list(
