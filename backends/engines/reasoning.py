@@ -68,6 +68,15 @@ def end_marker(parser: Parser) -> str:
     return HARMONY_END if parser == "harmony" else END
 
 
+def markers(name: str) -> tuple[str, str]:
+    """(start, end) of the thinking for a parser named in a model spec (aliases and `auto` too:
+    `auto` is taken for `<think>`, as the spec alone cannot tell): what vLLM's thinking budget counts
+    from and forces (its `reasoning_config`, which takes multi-token markers)."""
+    if ALIASES.get(name, name) == "harmony":
+        return HARMONY_ANALYSIS, HARMONY_END
+    return START, END
+
+
 def can_disable(parser: Parser) -> bool:
     """Whether a request may turn thinking off: not on gpt-oss (vLLM ignores `enable_thinking`
     for it too; `reasoning_effort: low` is the least thinking there is)."""
@@ -204,7 +213,6 @@ class ReasoningSplitter:
         self._buf = ""
         return False
 
-
     def _harmony(self, thought: list[str], answer: list[str]) -> bool:
         """One step of gpt-oss's channels: a header up to `<|message|>` says whether the message
         is thinking (`analysis`) or answer (`final`, or anything else); a message ends at `<|end|>`."""
@@ -243,7 +251,7 @@ class ReasoningSplitter:
         return False
 
 
-def _header(buf: str) -> tuple[str, str] | None | Literal[False]:
+def _header(buf: str) -> tuple[str, str] | Literal[False] | None:
     """A harmony message header at the start of `buf` (`<|start|>assistant<|channel|>final`, or
     `<|channel|>analysis` when the prompt opened the message): (the header, what follows its
     `<|message|>`); None while it may still become one; False when it is not one."""

@@ -8,7 +8,13 @@ from __future__ import annotations
 import pytest
 
 from raygate.backends.engines import reasoning
-from raygate.backends.engines.reasoning import HARMONY_END, ReasoningSplitter, closing_text, detect, prompt_state
+from raygate.backends.engines.reasoning import (
+    HARMONY_END,
+    ReasoningSplitter,
+    closing_text,
+    detect,
+    prompt_state,
+)
 from raygate.protocol.config import ReasoningConfig
 
 OUTPUT = (
