@@ -78,4 +78,4 @@ def tiny_harmony_hf() -> str:
 
 def harmony_spec(**kw: Any) -> dict[str, Any]:
     """A deployment of `tiny-harmony`, its parser auto-detected from the template's `<|channel|>`."""
-    return reasoner_spec(name=HARMONY_MODEL, source={"path": tiny_harmony()}, **kw)
+    return reasoner_spec(**{"name": HARMONY_MODEL, "source": {"path": tiny_harmony()}, **kw})
