@@ -92,3 +92,16 @@ def test_prompt_states_detection_closing_and_the_alias() -> None:
 @pytest.mark.parametrize("parser", ["harmony", "openai_gptoss"])
 def test_the_config_accepts_both_names(parser: str) -> None:
     assert ReasoningConfig(parser=parser).parser == parser  # type: ignore[arg-type]
+
+
+def test_vllm_gets_the_harmony_markers_and_the_same_budget() -> None:
+    """vLLM's `reasoning_config` takes the analysis header and the whole end sequence (it forces
+    multi-token markers); a prompt that opened the analysis channel leaves the budget as it is."""
+    from raygate.backends.engines.vllm.translate import vllm_thinking_budget
+
+    assert reasoning.markers("openai_gptoss") == (reasoning.HARMONY_ANALYSIS, HARMONY_END)
+    assert reasoning.markers("harmony") == (reasoning.HARMONY_ANALYSIS, HARMONY_END)
+    assert reasoning.markers("auto") == (reasoning.START, reasoning.END)
+    header = [4, 99, 5]  # `<|channel|>analysis<|message|>` as tiny-harmony's tokenizer has it
+    plan = reasoning.ThinkingPlan("harmony", "open", 4, [6, 3, 520, 9531, 4, 17254, 5])
+    assert vllm_thinking_budget(plan, [1, 3, 2, 3, 520, 9531, *header], header) == 4
