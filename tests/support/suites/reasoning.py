@@ -204,9 +204,11 @@ def test_harmony_channels_split_stream_and_not(client: openai.OpenAI, harmony: s
     assert message["reasoning_content"] and message["content"]
     _no_markers(message["content"], message["reasoning_content"])
     usage = body["usage"]
-    # 4 thinking tokens and the forced final-channel header count as thinking; the rest answer.
-    assert usage["completion_tokens_details"]["reasoning_tokens"] == 4 + HARMONY_END_TOKENS
-    assert usage["completion_tokens"] > 4 + HARMONY_END_TOKENS
+    # The thinking and the forced final-channel header count as thinking, the rest as answer. Not
+    # an exact count: a model that writes `<|end|>` or a header itself changes how the engines'
+    # budgets count (vLLM matches the end sequence token by token).
+    reasoning_tokens = usage["completion_tokens_details"]["reasoning_tokens"]
+    assert HARMONY_END_TOKENS < reasoning_tokens < usage["completion_tokens"]
     thought, answer = "", ""
     stream = client.chat.completions.create(
         model=HARMONY_MODEL,
