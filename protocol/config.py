@@ -236,7 +236,7 @@ class ModelLimits(StrictModel):
     )
 
 
-ReasoningParser = Literal["auto", "deepseek_r1", "qwen3", "none"]
+ReasoningParser = Literal["auto", "deepseek_r1", "qwen3", "harmony", "openai_gptoss", "none"]
 
 
 class ReasoningConfig(StrictModel):
@@ -248,8 +248,10 @@ class ReasoningConfig(StrictModel):
         description="How the output is split: `deepseek_r1` (thinking until `</think>`, all "
         "thinking when it never comes), `qwen3` (thinking only inside `<think>...</think>`, or "
         "from the start when the prompt opened it; `enable_thinking` turns it off), `none`, or "
-        "`auto`: read from the chat template (`qwen3` when it has `<think>` and `enable_thinking`, "
-        "`deepseek_r1` when it has `<think>` alone, else `none`).",
+        "`harmony` (gpt-oss's channels: thinking is the `analysis` channel, the answer the `final` "
+        "one; `openai_gptoss`, vLLM's name, is the same), "
+        "`auto`: read from the chat template (`harmony` when it has `<|channel|>`, `qwen3` when it "
+        "has `<think>` and `enable_thinking`, `deepseek_r1` when it has `<think>` alone, else `none`).",
     )
     budget: int | None = Field(
         None,

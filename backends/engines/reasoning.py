@@ -13,6 +13,13 @@ held back until decided, as `StopMatcher` holds a stop string. Two parsers, name
   `<think></think>` into the prompt) is all answer. Thinking cut off by `max_tokens` stays
   thinking, as vLLM streams it.
 
+* `harmony` (vLLM: `openai_gptoss`): gpt-oss's channels. The thinking is the `analysis` channel
+  (`<|channel|>analysis<|message|>...<|end|>`), the answer the `final` one
+  (`<|start|>assistant<|channel|>final<|message|>...`); the headers and `<|end|>`/`<|return|>`
+  never reach the client. The end of thinking is the whole sequence `HARMONY_END` (several
+  tokens), which a budget forces. Thinking cannot be turned off: `enable_thinking: false` is
+  ignored, as vLLM's gpt-oss parser does (effort `low` is the least there is).
+
 Both begin in the answer when the prompt already closed thinking (the template's way of turning
 it off). Whitespace right after the end marker is dropped (templates write `</think>\\n\\n`).
 
@@ -23,23 +30,57 @@ the output constraint (json_schema, tool-call grammar) waits; once the answer be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from raygate.protocol.config import ReasoningConfig
 
 START = "<think>"
 END = "</think>"
 
-Parser = Literal["deepseek_r1", "qwen3"]
+# gpt-oss's harmony format: a message is `<|start|>ROLE<|channel|>CHANNEL<|message|>TEXT<|end|>`.
+HARMONY_CHANNEL = "<|channel|>"
+HARMONY_MESSAGE = "<|message|>"
+HARMONY_ANALYSIS = HARMONY_CHANNEL + "analysis" + HARMONY_MESSAGE
+HARMONY_FINAL = "<|start|>assistant" + HARMONY_CHANNEL + "final" + HARMONY_MESSAGE
+HARMONY_END = "<|end|>" + HARMONY_FINAL  # what ends the thinking (a budget forces it whole)
+_HARMONY_CLOSERS = ("<|end|>", "<|return|>", "<|call|>")  # never part of an answer's text
+_HARMONY_HEAD = 256  # a header longer than this is not one: it is text
+
+Parser = Literal["deepseek_r1", "qwen3", "harmony"]
 State = Literal["before", "thinking", "answer"]
+# vLLM's names for the same parsers.
+ALIASES: dict[str, Parser] = {"openai_gptoss": "harmony"}
 
 
 def detect(template: str | None) -> Parser | None:
-    """The parser a chat template implies: `<think>` with an `enable_thinking` switch is Qwen3's
-    convention, `<think>` alone DeepSeek-R1's; anything else does not think (as far as we know)."""
+    """The parser a chat template implies: gpt-oss's `<|channel|>` is harmony; `<think>` with an
+    `enable_thinking` switch is Qwen3's convention, `<think>` alone DeepSeek-R1's; anything else
+    does not think (as far as we know)."""
+    if template and HARMONY_CHANNEL in template:
+        return "harmony"
     if not template or START not in template:
         return None
     return "qwen3" if "enable_thinking" in template else "deepseek_r1"
+
+
+def end_marker(parser: Parser) -> str:
+    """The text that ends the thinking, which a spent budget (or an end of turn) writes."""
+    return HARMONY_END if parser == "harmony" else END
+
+
+def markers(name: str) -> tuple[str, str]:
+    """(start, end) of the thinking for a parser named in a model spec (aliases and `auto` too:
+    `auto` is taken for `<think>`, as the spec alone cannot tell): what vLLM's thinking budget counts
+    from and forces (its `reasoning_config`, which takes multi-token markers)."""
+    if ALIASES.get(name, name) == "harmony":
+        return HARMONY_ANALYSIS, HARMONY_END
+    return START, END
+
+
+def can_disable(parser: Parser) -> bool:
+    """Whether a request may turn thinking off: not on gpt-oss (vLLM ignores `enable_thinking`
+    for it too; `reasoning_effort: low` is the least thinking there is)."""
+    return parser != "harmony"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +99,20 @@ def resolve(config: ReasoningConfig | None, template: str | None) -> ReasoningFo
     on a template with no thinking markers)."""
     if config is None or config.parser == "none":
         return None
-    parser = detect(template) if config.parser == "auto" else config.parser
+    named = ALIASES.get(config.parser, config.parser)
+    parser = detect(template) if named == "auto" else cast(Parser, named)
     return None if parser is None else ReasoningFormat(parser, config.budget)
 
 
-def prompt_state(prompt: str) -> Literal["open", "closed", "none"]:
+def prompt_state(prompt: str, parser: Parser = "qwen3") -> Literal["open", "closed", "none"]:
     """Whether the rendered prompt ends inside thinking (`<think>` last), just after it (`</think>`
-    last, nothing but whitespace after), or neither."""
+    last, nothing but whitespace after), or neither. Harmony: inside the analysis channel's
+    message, or inside the final channel's."""
     tail = prompt.rstrip()
+    if parser == "harmony":
+        if tail.endswith(HARMONY_ANALYSIS):
+            return "open"
+        return "closed" if tail.endswith(HARMONY_CHANNEL + "final" + HARMONY_MESSAGE) else "none"
     if tail.endswith(START):
         return "open"
     if tail.endswith(END):
@@ -95,6 +142,7 @@ class ReasoningSplitter:
         self._buf = ""
         self._fresh = True  # at the start of the thinking: a `<think>` the model repeats is dropped
         self._lead = False  # just after the end marker: whitespace is dropped
+        self._header = False  # harmony: after `<|end|>`, reading the next message's header
         self.ended = False  # the end marker was seen
 
     @property
@@ -114,6 +162,11 @@ class ReasoningSplitter:
     def finish(self) -> tuple[str, str]:
         """End of the sequence: what was held back was not a marker after all."""
         buf, self._buf = self._buf, ""
+        if self.parser == "harmony":
+            if self.state == "answer":
+                return "", _drop_closers(buf.lstrip() if self._lead else buf)
+            if self.state == "before" or self._header:
+                return "", ""  # a header cut short: markers, not text
         if self.state == "thinking":
             return buf, ""
         if self.state == "answer" and self._lead:
@@ -121,6 +174,8 @@ class ReasoningSplitter:
         return "", buf
 
     def _step(self, thought: list[str], answer: list[str]) -> bool:
+        if self.parser == "harmony":
+            return self._harmony(thought, answer)
         if self.state == "before":
             body = self._buf.lstrip()
             if body.startswith(START):
@@ -158,18 +213,78 @@ class ReasoningSplitter:
         self._buf = ""
         return False
 
+    def _harmony(self, thought: list[str], answer: list[str]) -> bool:
+        """One step of gpt-oss's channels: a header up to `<|message|>` says whether the message
+        is thinking (`analysis`) or answer (`final`, or anything else); a message ends at `<|end|>`."""
+        if self.state == "before" or self._header:
+            head = _header(self._buf)
+            if head is None:
+                return False  # may still be a header
+            channel, rest = ("", self._buf) if head is False else head  # False: text, no header
+            self._header, self._buf = False, rest
+            if "analysis" in channel and "final" not in channel:
+                self.state = "thinking"
+            else:
+                self.ended = self.ended or self.state == "thinking"
+                self.state, self._lead = "answer", True
+            return True
+        if self.state == "thinking":
+            at = self._buf.find("<|end|>")
+            if at >= 0:
+                thought.append(self._buf[:at])
+                self._buf = self._buf[at + len("<|end|>") :]
+                self._header = True
+                return True
+            hold = _held(self._buf, "<|end|>")
+            thought.append(self._buf[: len(self._buf) - hold])
+            self._buf = self._buf[len(self._buf) - hold :]
+            return False
+        if self._lead:
+            self._buf = self._buf.lstrip()
+            if not self._buf:
+                return False
+            self._lead = False
+        text = _drop_closers(self._buf)
+        hold = max(_held(text, m) for m in _HARMONY_CLOSERS)
+        answer.append(text[: len(text) - hold])
+        self._buf = text[len(text) - hold :]
+        return False
+
+
+def _header(buf: str) -> tuple[str, str] | Literal[False] | None:
+    """A harmony message header at the start of `buf` (`<|start|>assistant<|channel|>final`, or
+    `<|channel|>analysis` when the prompt opened the message): (the header, what follows its
+    `<|message|>`); None while it may still become one; False when it is not one."""
+    body = buf.lstrip()
+    if not body:
+        return None
+    if not body.startswith("<|"):
+        return False if not "<|".startswith(body) else None
+    at = body.find(HARMONY_MESSAGE)
+    if at >= 0:
+        return body[:at], body[at + len(HARMONY_MESSAGE) :]
+    return None if len(body) < _HARMONY_HEAD else False
+
+
+def _drop_closers(text: str) -> str:
+    for marker in _HARMONY_CLOSERS:
+        text = text.replace(marker, "")
+    return text
+
 
 # Written after a prompt whose template cannot turn thinking off itself (no `enable_thinking`):
 # an empty thought, as Qwen3's template writes it when thinking is off.
 _CLOSED = "\n\n" + END + "\n\n"
 
 
-def closing_text(prompt: str) -> str:
+def closing_text(prompt: str, parser: Parser = "qwen3") -> str:
     """What to append to a rendered prompt so that thinking is off: nothing when the template
     closed it already, the end marker when it opened it, an empty thought otherwise."""
-    state = prompt_state(prompt)
+    state = prompt_state(prompt, parser)
     if state == "closed":
         return ""
+    if parser == "harmony":
+        return HARMONY_END if state == "open" else HARMONY_ANALYSIS + HARMONY_END
     return _CLOSED if state == "open" else START + _CLOSED
 
 
@@ -184,6 +299,10 @@ class ThinkingPlan:
     budget: int | None
     end_tokens: list[int]
     include: bool = True
+
+    @property
+    def end_text(self) -> str:
+        return end_marker(self.parser)
 
     def splitter(self) -> ReasoningSplitter:
         return ReasoningSplitter(self.parser, self.prompt)

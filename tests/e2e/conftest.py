@@ -27,7 +27,7 @@ from tests.support.models import DEFAULT_CONFIG
 
 # The operations tests' own gateway (keys, limits, fault-injection models).
 from tests.support.ops import admin, ops_gateway  # noqa: F401
-from tests.support.reasoning import reasoner_spec
+from tests.support.reasoning import harmony_spec, reasoner_spec
 
 _HERE = Path(__file__).parent
 
@@ -129,4 +129,12 @@ def reasoner(gateway: GatewayProcess) -> Iterator[str]:
     """`tiny-reasoner` (tests/support/reasoning.py) deployed beside the default models for the
     module (the reasoning tests, Ollama's `think`); tests/e2e/vllm's modules deploy their own."""
     with deployed(gateway.url, reasoner_spec()) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def harmony(gateway: GatewayProcess) -> Iterator[str]:
+    """`tiny-harmony` (gpt-oss's channels, tests/support/reasoning.py) beside the default models
+    for the module; tests/e2e/vllm's reasoning module deploys its own."""
+    with deployed(gateway.url, harmony_spec()) as name:
         yield name

@@ -53,3 +53,29 @@ def reasoner_spec(**kw: Any) -> dict[str, Any]:
         "reasoning": {"parser": "auto"},
     }
     return {**spec, **kw}
+
+
+# `tiny-harmony`: the same weights with gpt-oss's harmony tokens and a gpt-oss style template
+# (`models/build_reasoning_model.py --harmony`).
+HARMONY_MODEL = "tiny-harmony"
+# `<|end|><|start|>assistant<|channel|>final<|message|>`: the tokens a spent budget forces.
+HARMONY_END_TOKENS = 7
+
+
+@cache
+def tiny_harmony() -> str:
+    path = _build("--harmony")[-1]
+    assert Path(path).is_file()
+    return path
+
+
+@cache
+def tiny_harmony_hf() -> str:
+    folder = _build("--harmony", "--hf")[-2]
+    assert (Path(folder) / "config.json").is_file()
+    return folder
+
+
+def harmony_spec(**kw: Any) -> dict[str, Any]:
+    """A deployment of `tiny-harmony`, its parser auto-detected from the template's `<|channel|>`."""
+    return reasoner_spec(**{"name": HARMONY_MODEL, "source": {"path": tiny_harmony()}, **kw})

@@ -245,12 +245,13 @@ class LlamaModel:
         thinks = self.reasoning
         plan = None
         if thinks is not None:
-            if request.thinking is False:
-                text += reasoning.closing_text(text)
-            end = list(self.llm.tokenize(reasoning.END.encode(), add_bos=False, special=True))
+            if request.thinking is False and reasoning.can_disable(thinks.parser):
+                text += reasoning.closing_text(text, thinks.parser)
+            marker = reasoning.end_marker(thinks.parser)
+            end = list(self.llm.tokenize(marker.encode(), add_bos=False, special=True))
             plan = reasoning.ThinkingPlan(
                 thinks.parser,
-                reasoning.prompt_state(text),
+                reasoning.prompt_state(text, thinks.parser),
                 thinks.budget_for(request.thinking_budget),
                 end,
                 request.include_reasoning,
@@ -351,8 +352,14 @@ class LlamaModel:
             text, special = self.render_chat_text(
                 request.messages, request.tools, request.add_generation_prompt, switch
             )
-            if self.reasoning is not None and request.thinking is False and request.add_generation_prompt:
-                text += reasoning.closing_text(text)
+            thinks = self.reasoning
+            if (
+                thinks is not None
+                and request.thinking is False
+                and request.add_generation_prompt
+                and reasoning.can_disable(thinks.parser)
+            ):
+                text += reasoning.closing_text(text, thinks.parser)
             tokens = self.tokenize_prompt(text, special)
         else:
             add_bos = request.add_special_tokens and bool(llm._model.add_bos_token())

@@ -156,8 +156,11 @@ class TokenSampler:
         self._thinking = None
 
     def force(self, tokens: list[int]) -> None:
-        """The next draws return these tokens, whatever the logits say (a thinking budget spent)."""
-        self._forced.extend(tokens)
+        """The next draws return these tokens, whatever the logits say (a thinking budget spent).
+        Not while an end marker is already on its way (an end of generation replaced by it): a
+        multi-token one (gpt-oss's) would be written twice."""
+        if not self._forced:
+            self._forced.extend(tokens)
 
     def sample(self, ctx: Any, row: int = -1, kept: np.ndarray | None = None) -> int:
         """`ctx`: the raw `llama_context` pointer. `kept`: logits to draw from instead of the

@@ -35,7 +35,7 @@ from raygate.backends.engines.base import (
     truncate_prompt,
 )
 from raygate.backends.engines.images import has_images
-from raygate.backends.engines.reasoning import END, START, ReasoningFormat, closing_text
+from raygate.backends.engines.reasoning import START, ReasoningFormat, can_disable, closing_text, markers
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.lora import VllmAdapters
@@ -153,7 +153,10 @@ class VllmEngine(Engine):
             # vLLM's sampler enforces thinking budgets, holds grammars until the end marker and
             # (thinking_end.py) keeps a thinking model from ending its turn; no vLLM reasoning
             # parser reaches the output: the split is Raygate's (reasoning.py).
-            kwargs = vllm_support.with_reasoning(kwargs, START, END)
+            # gpt-oss's harmony: its multi-token markers for the budget; no grammar gate (vLLM's
+            # `deepseek_r1` parser needs `</think>` as one token: a constraint turns thinking off).
+            start, end = markers(self._reasoning.parser)
+            kwargs = vllm_support.with_reasoning(kwargs, start, end, gate=start == START)
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:  # an unknown key in the config's `engine:` block
@@ -163,8 +166,10 @@ class VllmEngine(Engine):
         )
         self._tokenizer = llm.get_tokenizer()
         self._thinks = resolve_reasoning(self._reasoning, getattr(self._tokenizer, "chat_template", None))
-        self._start_ids = list(self._tokenizer.encode(START, add_special_tokens=False))
-        self._markers = single_token_markers(self._tokenizer) if self._thinks is not None else None
+        start = markers(self._thinks.parser)[0] if self._thinks is not None else START
+        self._start_ids = list(self._tokenizer.encode(start, add_special_tokens=False))
+        gated = self._thinks is not None and self._thinks.parser != "harmony"
+        self._markers = single_token_markers(self._tokenizer) if gated else None
         self._eos = end_of_generation(self._tokenizer, llm.model_config.try_get_generation_config())
         self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
@@ -243,8 +248,14 @@ class VllmEngine(Engine):
             text = chat_text(
                 self._tokenizer, request.messages, request.tools, request.add_generation_prompt, switch
             )
-            if self._thinks is not None and request.thinking is False and request.add_generation_prompt:
-                text += closing_text(text)
+            thinks = self._thinks
+            if (
+                thinks is not None
+                and request.thinking is False
+                and request.add_generation_prompt
+                and can_disable(thinks.parser)
+            ):
+                text += closing_text(text, thinks.parser)
             ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         else:
             ids = list(

@@ -105,19 +105,22 @@ class ThinkingTrack:
         return self.state
 
 
-def with_reasoning(kwargs: dict[str, Any], start: str, end: str) -> dict[str, Any]:
+def with_reasoning(kwargs: dict[str, Any], start: str, end: str, gate: bool = True) -> dict[str, Any]:
     """`AsyncEngineArgs` keyword arguments for a reasoning model: the markers named for vLLM's
     thinking budget (`reasoning_config`), a reasoning parser for its structured outputs (a
     grammar waits for the end marker on a request that says its reasoning has not ended), and
     the logits processor that keeps a thinking model from ending its turn (thinking_end.py).
-    What the config's `engine:` block sets itself is kept."""
+    What the config's `engine:` block sets itself is kept. `gate=False`: no reasoning parser
+    for the grammars (gpt-oss's markers are not `deepseek_r1`'s)."""
     from vllm.config.reasoning import ReasoningConfig as VllmReasoningConfig
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
     out = dict(kwargs)
     out.setdefault("reasoning_config", VllmReasoningConfig(reasoning_start_str=start, reasoning_end_str=end))
     outputs = out.get("structured_outputs_config")
-    if outputs is None:
+    if not gate:
+        pass  # no reasoning parser for the grammar (`gate=False`: markers it cannot read)
+    elif outputs is None:
         out["structured_outputs_config"] = StructuredOutputsConfig(reasoning_parser=GRAMMAR_REASONING_PARSER)
     elif isinstance(outputs, dict):
         out["structured_outputs_config"] = StructuredOutputsConfig(

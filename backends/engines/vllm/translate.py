@@ -63,12 +63,13 @@ def prompt_ids(
         if thinks is None:
             return list(tokenizer.encode(text, add_special_tokens=False)), None
         constrained = request.sampling.constrained or tool_calls.forced(request.tools)
-        if request.thinking is False or (constrained and not gated):
-            text += reasoning.closing_text(text)
-        end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
+        off = request.thinking is False and reasoning.can_disable(thinks.parser)
+        if off or (constrained and not gated):
+            text += reasoning.closing_text(text, thinks.parser)
+        end = list(tokenizer.encode(reasoning.end_marker(thinks.parser), add_special_tokens=False))
         plan = reasoning.ThinkingPlan(
             thinks.parser,
-            reasoning.prompt_state(text),
+            reasoning.prompt_state(text, thinks.parser),
             thinks.budget_for(request.thinking_budget),
             end,
             request.include_reasoning,

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.support.openapi import validate
-from tests.support.reasoning import EOS, MODEL
+from tests.support.reasoning import EOS, HARMONY_END_TOKENS, HARMONY_MODEL, MODEL
 from tests.support.tools import TOOLS
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -171,3 +171,76 @@ def test_ending_the_turn_while_thinking_gives_the_end_marker(client: openai.Open
     # The end marker the engine wrote in place of the end of the turn (and no thinking before it).
     assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 1
     assert not choice["message"].get("reasoning_content")
+
+
+# -- gpt-oss's harmony channels (`tiny-harmony`): the analysis channel is the thinking -------------
+
+# Thinking for 4 tokens, the forced `<|end|><|start|>assistant<|channel|>final<|message|>`, then
+# at least 4 answer tokens.
+HARMONY_BUDGET = {"thinking_token_budget": 4, "min_tokens": 4 + HARMONY_END_TOKENS + 4}
+
+
+def ask_harmony(client: openai.OpenAI, **fields: Any) -> Any:
+    body = {"max_tokens": 24, "temperature": 0.0, **HARMONY_BUDGET, **fields}
+    return client.chat.completions.with_raw_response.create(
+        model=HARMONY_MODEL,
+        messages=QUESTION,  # type: ignore[arg-type]
+        extra_body=body,
+    )
+
+
+def _no_markers(*texts: str) -> None:
+    for text in texts:
+        for marker in ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>"):
+            assert marker not in text
+
+
+def test_harmony_channels_split_stream_and_not(client: openai.OpenAI, harmony: str) -> None:
+    """The budget forces the whole final-channel sequence, then the answer comes; the analysis
+    channel is the thinking, no marker reaches the client, and the stream carries the same split."""
+    body = json.loads(ask_harmony(client).text)
+    validate(body, "CreateChatCompletionResponse")
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"] and message["content"]
+    _no_markers(message["content"], message["reasoning_content"])
+    usage = body["usage"]
+    # The thinking and the forced final-channel header count as thinking, the rest as answer. Not
+    # an exact count: a model that writes `<|end|>` or a header itself changes how the engines'
+    # budgets count (vLLM matches the end sequence token by token).
+    reasoning_tokens = usage["completion_tokens_details"]["reasoning_tokens"]
+    assert HARMONY_END_TOKENS < reasoning_tokens < usage["completion_tokens"]
+    thought, answer = "", ""
+    stream = client.chat.completions.create(
+        model=HARMONY_MODEL,
+        messages=QUESTION,  # type: ignore[arg-type]
+        max_tokens=24,
+        temperature=0.0,
+        stream=True,
+        extra_body=HARMONY_BUDGET,
+    )
+    for chunk in stream:
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            thought += extra.get("reasoning_content") or ""
+            answer += choice.delta.content or ""
+    assert (thought, answer) == (message["reasoning_content"], message["content"])
+
+
+def test_harmony_thinking_cannot_be_turned_off(client: openai.OpenAI, harmony: str) -> None:
+    """As vLLM's gpt-oss parser: `enable_thinking: false` is ignored (gpt-oss always thinks)."""
+    body = json.loads(ask_harmony(client, chat_template_kwargs={"enable_thinking": False}).text)
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"] and message["content"]
+
+
+def test_harmony_json_schema_after_the_thinking(client: openai.OpenAI, harmony: str) -> None:
+    """The grammar holds until the final channel starts; an end of turn while thinking (pushed to
+    the top by `logit_bias`) becomes the end-of-thinking sequence, then the grammar's answer."""
+    for fields in ({}, {"logit_bias": {str(EOS): 100}, "thinking_token_budget": None}):
+        body = json.loads(
+            ask_harmony(client, max_tokens=48, response_format=JSON_FORMAT, min_tokens=0, **fields).text
+        )
+        choice = body["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert json.loads(choice["message"]["content"]) in ({"answer": "yes"}, {"answer": "no"})
+        assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= HARMONY_END_TOKENS
