@@ -129,6 +129,7 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
     links = schema.raw_schema["paths"]["/v1/responses"]["post"]["responses"]["200"]["links"]
     assert {"GetResponse", "DeleteResponse"} <= set(links)
     seen: defaultdict[str, Counter[int]] = defaultdict(Counter)  # "METHOD path" -> statuses
+    stored: set[str] = set()  # the responses this run created: what `previous_response_id` may name
     base = schema.as_state_machine()
 
     with requests.Session() as session:
@@ -140,6 +141,10 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
                         case.body["model"] = "synth"  # otherwise nearly every body is a 404
                     if case.path == "/v1/responses":
                         case.body["store"] = True  # an unstored response is rightly a 404 later
+                        # A generated `previous_response_id` names nothing (always a 404): only the
+                        # ContinueResponse link's, the id of a response this run stored, is kept.
+                        if case.body.get("previous_response_id") not in stored:
+                            case.body.pop("previous_response_id", None)
                     if case.path == "/v1/files" and case.method == "POST":
                         # A real batch file (else every upload is a 400 and no link is followed).
                         case.body.update(file=BATCH_FILE, purpose="batch")
@@ -150,7 +155,13 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
             def validate_response(
                 self, response: schemathesis.Response, case: schemathesis.Case, **kwargs: object
             ) -> None:
-                seen[f"{case.method} {case.path}"][response.status_code] += 1
+                label = f"{case.method} {case.path}"
+                if label == "POST /v1/responses" and isinstance(case.body, dict):
+                    if case.body.get("previous_response_id") in stored:
+                        label += " (continued)"  # the ContinueResponse link followed
+                    if response.status_code == 200:
+                        stored.add(response.json()["id"])
+                seen[label][response.status_code] += 1
                 # A revoked key stays readable, `"state": "revoked"` (the audit trail keeps it;
                 # docs/usage-and-budgets.md): not a use after free.
                 freed = [] if case.path.startswith("/admin/keys") else [use_after_free]
@@ -178,4 +189,9 @@ def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
     created = [label for label, statuses in seen.items() if label.startswith("POST") and 200 in statuses]
     followed = [label for label, statuses in seen.items() if "{" in label and 200 in statuses]
     assert created and followed, seen
+    # Responses among them: one stored, then one of its links followed (a read, its input items,
+    # a continuation by `previous_response_id`, or its deletion).
+    continued = 200 in seen["POST /v1/responses (continued)"]
+    responses = [label for label in followed if "/v1/responses/{response_id}" in label] or continued
+    assert "POST /v1/responses" in created and responses, seen
     assert ops_gateway.proc.poll() is None, "the gateway died"

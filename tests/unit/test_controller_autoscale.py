@@ -4,7 +4,7 @@ and the replica actors are recorded, not started (they never need to load for wh
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -26,7 +26,7 @@ SPEC = ModelConfig.model_validate(
 class RecordedActors:
     """Stands in for `RayActors`: records the replicas the controller starts."""
 
-    started: list[int] = []
+    started: ClassVar[list[int]] = []
 
     def __init__(self, reserved: Any = None) -> None:
         pass
