@@ -48,7 +48,11 @@ BATCH_FILE = (
     b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": '
     b'{"model": "synth", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}}\n'
 )
-STATEFUL_PATHS = r"^/v1/(responses|files|batches)(/|$)|^/admin/keys(/|$)"
+# Two state machines: schemathesis starts scenarios only at the roots it judges reliable when the
+# schema has any, and POST /v1/responses is not one (its `previous_response_id` looks like a
+# reference nothing produces), so beside files, batches and keys no Responses step was ever taken.
+# Alone, it is the only root.
+STATEFUL_GROUPS = (r"^/v1/responses(/|$)", r"^/v1/(files|batches)(/|$)|^/admin/keys(/|$)")
 
 
 def _check_error_body(case: schemathesis.Case, response: schemathesis.Response) -> None:
@@ -118,64 +122,80 @@ def test_fuzz_the_openapi_document(ops_gateway: GatewayProcess) -> None:
 
 @pytest.mark.slow
 def test_fuzz_the_linked_routes_statefully(ops_gateway: GatewayProcess) -> None:
-    schema = schemathesis.openapi.from_url(f"{ops_gateway.url}/openapi.json").include(
-        path_regex=STATEFUL_PATHS
-    )
-    # The published links only. Links schemathesis infers (dependency analysis: a list's items, a
-    # revoked key's body) make which rules a scenario may take depend on what earlier scenarios left
-    # on the server; Hypothesis then sees one choice sequence lead to different choices and stops on
-    # FlakyStrategyDefinition before judging the gateway.
-    schema.config.phases.stateful.inference = InferenceConfig(algorithms=[])
-    links = schema.raw_schema["paths"]["/v1/responses"]["post"]["responses"]["200"]["links"]
-    assert {"GetResponse", "DeleteResponse"} <= set(links)
     seen: defaultdict[str, Counter[int]] = defaultdict(Counter)  # "METHOD path" -> statuses
-    base = schema.as_state_machine()
+    stored: set[str] = set()  # the responses this run created: what `previous_response_id` may name
+    for paths in STATEFUL_GROUPS:
+        schema = schemathesis.openapi.from_url(f"{ops_gateway.url}/openapi.json").include(path_regex=paths)
+        # The published links only. Links schemathesis infers (dependency analysis: a list's items, a
+        # revoked key's body) make which rules a scenario may take depend on what earlier scenarios left
+        # on the server; Hypothesis then sees one choice sequence lead to different choices and stops on
+        # FlakyStrategyDefinition before judging the gateway.
+        schema.config.phases.stateful.inference = InferenceConfig(algorithms=[])
+        if "/v1/responses" in schema.raw_schema["paths"]:
+            links = schema.raw_schema["paths"]["/v1/responses"]["post"]["responses"]["200"]["links"]
+            assert {"GetResponse", "ContinueResponse", "DeleteResponse"} <= set(links)
+        base = schema.as_state_machine()
 
-    with requests.Session() as session:
+        with requests.Session() as session:
 
-        class Linked(base):  # type: ignore[misc, valid-type]
-            def before_call(self, case: schemathesis.Case) -> None:
-                if isinstance(case.body, dict):
-                    if isinstance(case.body.get("model"), str):
-                        case.body["model"] = "synth"  # otherwise nearly every body is a 404
-                    if case.path == "/v1/responses":
-                        case.body["store"] = True  # an unstored response is rightly a 404 later
-                    if case.path == "/v1/files" and case.method == "POST":
-                        # A real batch file (else every upload is a 400 and no link is followed).
-                        case.body.update(file=BATCH_FILE, purpose="batch")
+            class Linked(base):  # type: ignore[misc, valid-type]
+                def before_call(self, case: schemathesis.Case) -> None:
+                    if isinstance(case.body, dict):
+                        if isinstance(case.body.get("model"), str):
+                            case.body["model"] = "synth"  # otherwise nearly every body is a 404
+                        if case.path == "/v1/responses":
+                            case.body["store"] = True  # an unstored response is rightly a 404 later
+                            # A generated `previous_response_id` names nothing (always a 404): only the
+                            # ContinueResponse link's, the id of a response this run stored, is kept.
+                            if case.body.get("previous_response_id") not in stored:
+                                case.body.pop("previous_response_id", None)
+                        if case.path == "/v1/files" and case.method == "POST":
+                            # A real batch file (else every upload is a 400 and no link is followed).
+                            case.body.update(file=BATCH_FILE, purpose="batch")
 
-            def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
-                return {"base_url": ops_gateway.url, "session": session, "headers": AUTH, "timeout": 60}
+                def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
+                    return {"base_url": ops_gateway.url, "session": session, "headers": AUTH, "timeout": 60}
 
-            def validate_response(
-                self, response: schemathesis.Response, case: schemathesis.Case, **kwargs: object
-            ) -> None:
-                seen[f"{case.method} {case.path}"][response.status_code] += 1
-                # A revoked key stays readable, `"state": "revoked"` (the audit trail keeps it;
-                # docs/usage-and-budgets.md): not a use after free.
-                freed = [] if case.path.startswith("/admin/keys") else [use_after_free]
-                case.validate_response(
-                    response,
-                    checks=[not_a_server_error, *CHECKS, *freed, ensure_resource_availability],
-                    recorder=self.recorder,
+                def validate_response(
+                    self, response: schemathesis.Response, case: schemathesis.Case, **kwargs: object
+                ) -> None:
+                    label = f"{case.method} {case.path}"
+                    if label == "POST /v1/responses" and isinstance(case.body, dict):
+                        if case.body.get("previous_response_id") in stored:
+                            label += " (continued)"  # the ContinueResponse link followed
+                        if response.status_code == 200 and not case.body.get("stream"):  # a stream is SSE
+                            stored.add(response.json()["id"])
+                    seen[label][response.status_code] += 1
+                    # A revoked key stays readable, `"state": "revoked"` (the audit trail keeps it;
+                    # docs/usage-and-budgets.md): not a use after free.
+                    freed = [] if case.path.startswith("/admin/keys") else [use_after_free]
+                    case.validate_response(
+                        response,
+                        checks=[not_a_server_error, *CHECKS, *freed, ensure_resource_availability],
+                        recorder=self.recorder,
+                    )
+                    _check_error_body(case, response)
+
+            Linked.run(
+                settings=settings(
+                    max_examples=EXAMPLES,
+                    stateful_step_count=6,
+                    deadline=None,
+                    database=None,
+                    # No replay nor shrinking: which rules may run depends on the server's answers (the
+                    # ids in the bundles), so a replayed draw differs and Hypothesis calls it flaky.
+                    phases=[Phase.generate],
+                    suppress_health_check=list(HealthCheck),
                 )
-                _check_error_body(case, response)
-
-        Linked.run(
-            settings=settings(
-                max_examples=EXAMPLES,
-                stateful_step_count=6,
-                deadline=None,
-                database=None,
-                # No replay nor shrinking: which rules may run depends on the server's answers (the
-                # ids in the bundles), so a replayed draw differs and Hypothesis calls it flaky.
-                phases=[Phase.generate],
-                suppress_health_check=list(HealthCheck),
             )
-        )
     print(f"stateful fuzz: { {label: dict(c) for label, c in sorted(seen.items())} }")
     # The links were followed: something was created and then used by its id.
     created = [label for label, statuses in seen.items() if label.startswith("POST") and 200 in statuses]
     followed = [label for label, statuses in seen.items() if "{" in label and 200 in statuses]
     assert created and followed, seen
+    # Responses among them: one stored, then one of its links followed (a read, its input items,
+    # a continuation by `previous_response_id`, or its deletion).
+    continued = 200 in seen["POST /v1/responses (continued)"]
+    responses = [label for label in followed if "/v1/responses/{response_id}" in label] or continued
+    assert "POST /v1/responses" in created and responses, seen
     assert ops_gateway.proc.poll() is None, "the gateway died"

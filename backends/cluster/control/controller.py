@@ -182,6 +182,10 @@ class Controller:
                 deployment.ongoing = ongoing
             decision = scaler.decide(deployment.target, ongoing, now)
             if decision is None:
+                # No replica wanted now, so none lacks room. A stale `no_room` made the gateways refuse
+                # every request at once (503 no_capacity) without reporting it as load, so no tick
+                # ever asked for a replica again, even after the node that has room came back.
+                deployment.set_no_room(None)
                 continue
             replicas = decision.replicas
             if replicas > deployment.target:
