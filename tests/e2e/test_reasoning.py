@@ -31,6 +31,7 @@ from tests.support.suites.reasoning import (  # noqa: F401
     test_ending_the_turn_while_thinking_gives_the_end_marker,
     test_forced_tool_call_after_the_thinking,
     test_harmony_channels_split_stream_and_not,
+    test_harmony_end_of_turn_while_thinking_opens_the_final_channel,
     test_harmony_json_schema_after_the_thinking,
     test_harmony_thinking_cannot_be_turned_off,
     test_include_reasoning_false_hides_the_thinking,

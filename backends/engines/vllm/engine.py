@@ -115,6 +115,8 @@ class VllmEngine(Engine):
         # `<think>` and `</think>` when each is one token: then a grammar waits for the end marker
         # and an end of generation while thinking becomes it (else: thinking off under a grammar).
         self._markers: tuple[int, int] | None = None
+        self._harmony_gate = False  # the engine's grammar gate is harmony_gate.py's
+        self._gated = False  # a grammar may wait for the end of thinking (`_build`)
         self._eos: list[int] = []  # the model's end-of-generation tokens
         self._kwargs = vllm_support.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
@@ -153,10 +155,11 @@ class VllmEngine(Engine):
             # vLLM's sampler enforces thinking budgets, holds grammars until the end marker and
             # (thinking_end.py) keeps a thinking model from ending its turn; no vLLM reasoning
             # parser reaches the output: the split is Raygate's (reasoning.py).
-            # gpt-oss's harmony: its multi-token markers for the budget; no grammar gate (vLLM's
-            # `deepseek_r1` parser needs `</think>` as one token: a constraint turns thinking off).
+            # gpt-oss's harmony: its multi-token markers for the budget, and its own grammar gate
+            # (harmony_gate.py: the final channel's header, not one `</think>` token).
             start, end = markers(self._reasoning.parser)
-            kwargs = vllm_support.with_reasoning(kwargs, start, end, gate=start == START)
+            self._harmony_gate = start != START
+            kwargs = vllm_support.with_reasoning(kwargs, start, end, harmony=self._harmony_gate)
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:  # an unknown key in the config's `engine:` block
@@ -168,8 +171,13 @@ class VllmEngine(Engine):
         self._thinks = resolve_reasoning(self._reasoning, getattr(self._tokenizer, "chat_template", None))
         start = markers(self._thinks.parser)[0] if self._thinks is not None else START
         self._start_ids = list(self._tokenizer.encode(start, add_special_tokens=False))
-        gated = self._thinks is not None and self._thinks.parser != "harmony"
-        self._markers = single_token_markers(self._tokenizer) if gated else None
+        harmony = self._thinks is not None and self._thinks.parser == "harmony"
+        self._markers = single_token_markers(self._tokenizer) if self._thinks and not harmony else None
+        # Whether a grammar can wait for the thinking to end: `</think>` as one token, or the
+        # harmony gate (only when the spec named the parser: the engine's gate is set up before
+        # the template is read, so `auto` on a harmony template answers constrained requests
+        # with an empty analysis channel).
+        self._gated = self._markers is not None or (harmony and self._harmony_gate)
         self._eos = end_of_generation(self._tokenizer, llm.model_config.try_get_generation_config())
         self._pieces = TokenPieces(self._tokenizer)
         self._context = int(llm.model_config.max_model_len)
@@ -295,14 +303,14 @@ class VllmEngine(Engine):
         # Runs in a thread: tokenisers and Jinja templates are CPU work.
         markers = self._markers
         ids, thinking = await asyncio.to_thread(
-            prompt_ids, self._tokenizer, request, self._vocab, self._thinks, markers is not None
+            prompt_ids, self._tokenizer, request, self._vocab, self._thinks, self._gated
         )
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
         budget = vllm_thinking_budget(thinking, ids, self._start_ids)
         extra = thinking_args(thinking, *markers, self._eos) if markers is not None else None
         params = generate_params(request, ids, self._context, self._vocab, budget, extra)
         # A grammar starts at once unless the output begins in thinking (then after `</think>`).
-        reasoning_ended = markers is None or not starts_thinking(thinking)
+        reasoning_ended = not self._gated or not starts_thinking(thinking)
         adapter = self._adapters.request(request.lora)
         assert self._pieces is not None
         relay = DeltaRelay(ids, request, self._pieces, thinking, (extra or {}).get(THINKING_EXTRA_KEY))

@@ -32,6 +32,10 @@ DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"disable_log_stats": True, "scheduling_
 THINKING_END_PROCESSOR = "raygate.backends.engines.vllm.thinking_end:ThinkingEndProcessor"
 THINKING_EXTRA_KEY = "raygate_thinking"
 GRAMMAR_REASONING_PARSER = "deepseek_r1"
+# gpt-oss's harmony: the parser that starts a grammar at the final channel (harmony_gate.py),
+# registered in the EngineCore by importing its module (vLLM's `reasoning_parser_plugin`).
+HARMONY_GATE_PARSER = "raygate_harmony"
+HARMONY_GATE_PLUGIN = "raygate.backends.engines.vllm.harmony_gate"
 
 # Keys the replica sets itself, from other parts of the model config.
 RESERVED_ENGINE_KWARGS = frozenset({"model", "tokenizer", "runner"})
@@ -105,27 +109,28 @@ class ThinkingTrack:
         return self.state
 
 
-def with_reasoning(kwargs: dict[str, Any], start: str, end: str, gate: bool = True) -> dict[str, Any]:
+def with_reasoning(kwargs: dict[str, Any], start: str, end: str, harmony: bool = False) -> dict[str, Any]:
     """`AsyncEngineArgs` keyword arguments for a reasoning model: the markers named for vLLM's
     thinking budget (`reasoning_config`), a reasoning parser for its structured outputs (a
-    grammar waits for the end marker on a request that says its reasoning has not ended), and
-    the logits processor that keeps a thinking model from ending its turn (thinking_end.py).
-    What the config's `engine:` block sets itself is kept. `gate=False`: no reasoning parser
-    for the grammars (gpt-oss's markers are not `deepseek_r1`'s)."""
+    grammar waits for the end of thinking on a request that says its reasoning has not ended:
+    `</think>`, or with `harmony` the final channel's header, harmony_gate.py), and the logits
+    processor that keeps a thinking model from ending its turn (thinking_end.py).
+    What the config's `engine:` block sets itself is kept."""
     from vllm.config.reasoning import ReasoningConfig as VllmReasoningConfig
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
     out = dict(kwargs)
     out.setdefault("reasoning_config", VllmReasoningConfig(reasoning_start_str=start, reasoning_end_str=end))
+    gate: dict[str, str] = (
+        {"reasoning_parser": HARMONY_GATE_PARSER, "reasoning_parser_plugin": HARMONY_GATE_PLUGIN}
+        if harmony
+        else {"reasoning_parser": GRAMMAR_REASONING_PARSER}
+    )
     outputs = out.get("structured_outputs_config")
-    if not gate:
-        pass  # no reasoning parser for the grammar (`gate=False`: markers it cannot read)
-    elif outputs is None:
-        out["structured_outputs_config"] = StructuredOutputsConfig(reasoning_parser=GRAMMAR_REASONING_PARSER)
+    if outputs is None:
+        out["structured_outputs_config"] = StructuredOutputsConfig(**gate)
     elif isinstance(outputs, dict):
-        out["structured_outputs_config"] = StructuredOutputsConfig(
-            **{"reasoning_parser": GRAMMAR_REASONING_PARSER, **outputs}
-        )
+        out["structured_outputs_config"] = StructuredOutputsConfig(**{**gate, **outputs})
     processors = list(out.get("logits_processors") or [])
     if THINKING_END_PROCESSOR not in processors:
         out["logits_processors"] = [*processors, THINKING_END_PROCESSOR]

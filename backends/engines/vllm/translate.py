@@ -83,12 +83,13 @@ def prompt_ids(
 
 def starts_thinking(plan: reasoning.ThinkingPlan | None) -> bool:
     """Whether the output begins inside the thinking: the prompt opened it, or the parser reads
-    output without a `<think>` as thinking (`deepseek_r1`). A `qwen3` output that may still open
-    `<think>` (`before`) is answer as far as a constraint goes: its grammar applies from the first
-    token, as on the llama.cpp engine."""
+    output without a `<think>` as thinking (`deepseek_r1`), or the answer is a channel of its own
+    (gpt-oss's `harmony`: the grammar waits for the final channel's header). A `qwen3` output
+    that may still open `<think>` (`before`) is answer as far as a constraint goes: its grammar
+    applies from the first token, as on the llama.cpp engine."""
     if plan is None or plan.prompt == "closed":
         return False
-    return plan.prompt == "open" or plan.parser == "deepseek_r1"
+    return plan.prompt == "open" or plan.parser in ("deepseek_r1", "harmony")
 
 
 def thinking_args(

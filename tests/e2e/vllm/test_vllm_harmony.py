@@ -1,7 +1,8 @@
 """`tiny-harmony` (gpt-oss's channels, tests/support/reasoning.py) on the vLLM engine: the split
 stream and not, and the thinking budget, enforced by vLLM's own sampler with harmony's multi-token
 markers (the analysis channel's header, then `<|end|><|start|>assistant<|channel|>final<|message|>`
-forced whole), then an answer. The parser is named by vLLM's name for it, `openai_gptoss`.
+forced whole), then an answer; a json_schema grammar that waits for the final channel
+(harmony_gate.py). The parser is named by vLLM's name for it, `openai_gptoss`.
 
 Its own module, so that its EngineCore does not run beside tiny-reasoner's; deployed on the
 default gateway, as tests/e2e/vllm/test_vllm_reasoning.py does."""
@@ -18,6 +19,7 @@ from tests.support.gateway import GatewayProcess
 from tests.support.reasoning import harmony_spec, tiny_harmony_hf
 from tests.support.suites.reasoning import (  # noqa: F401
     test_harmony_channels_split_stream_and_not,
+    test_harmony_json_schema_after_the_thinking,
     test_harmony_thinking_cannot_be_turned_off,
 )
 from tests.support.vllm import CPU_ENV
