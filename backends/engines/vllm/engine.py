@@ -35,7 +35,14 @@ from raygate.backends.engines.base import (
     truncate_prompt,
 )
 from raygate.backends.engines.images import has_images
-from raygate.backends.engines.reasoning import START, ReasoningFormat, can_disable, closing_text, markers
+from raygate.backends.engines.reasoning import (
+    START,
+    ReasoningFormat,
+    can_disable,
+    closing_text,
+    detect,
+    markers,
+)
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
 from raygate.backends.engines.vllm import support as vllm_support
 from raygate.backends.engines.vllm.lora import VllmAdapters
@@ -157,7 +164,10 @@ class VllmEngine(Engine):
             # parser reaches the output: the split is Raygate's (reasoning.py).
             # gpt-oss's harmony: its multi-token markers for the budget, and its own grammar gate
             # (harmony_gate.py: the final channel's header, not one `</think>` token).
-            start, end = markers(self._reasoning.parser)
+            parser = self._reasoning.parser
+            if parser == "auto":  # read from the folder's template now: the markers are made here
+                parser = detect(vllm_support.folder_chat_template(self._kwargs["model"])) or "auto"
+            start, end = markers(parser)
             self._harmony_gate = start != START
             kwargs = vllm_support.with_reasoning(kwargs, start, end, harmony=self._harmony_gate)
         try:

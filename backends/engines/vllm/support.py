@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from raygate.backends.engines import tool_calls
@@ -107,6 +108,26 @@ class ThinkingTrack:
             self.counted += self.state == "thinking" or token == self.end
             self.seen += 1
         return self.state
+
+
+def folder_chat_template(folder: str) -> str | None:
+    """The chat template a Hugging Face folder ships (`chat_template.jinja`, else
+    `tokenizer_config.json`'s `chat_template`: one string, or named ones of which `default`), read
+    before vLLM starts: a reasoning parser `auto` must know gpt-oss's markers when the engine's
+    reasoning config is made, not after its tokenizer is loaded."""
+    root = Path(folder).expanduser()
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    try:
+        config = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
+        template = config.get("chat_template") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
 
 
 def with_reasoning(kwargs: dict[str, Any], start: str, end: str, harmony: bool = False) -> dict[str, Any]:

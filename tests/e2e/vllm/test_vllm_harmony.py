@@ -2,7 +2,8 @@
 stream and not, and the thinking budget, enforced by vLLM's own sampler with harmony's multi-token
 markers (the analysis channel's header, then `<|end|><|start|>assistant<|channel|>final<|message|>`
 forced whole), then an answer; a json_schema grammar that waits for the final channel
-(harmony_gate.py). The parser is named by vLLM's name for it, `openai_gptoss`.
+(harmony_gate.py). The parser is `auto`: read from the folder's template before the engine
+starts (its markers go into vLLM's reasoning config).
 
 Its own module, so that its EngineCore does not run beside tiny-reasoner's; deployed on the
 default gateway, as tests/e2e/vllm/test_vllm_reasoning.py does."""
@@ -41,7 +42,6 @@ def harmony(vllm_setup: None, default_gateway: GatewayProcess) -> Iterator[str]:
         num_cpus=1,
         engine={"max_model_len": 1024, "enforce_eager": True},
         env=CPU_ENV,
-        reasoning={"parser": "openai_gptoss"},
     )
     with deployed(default_gateway.url, spec, timeout=900) as name:
         yield name
