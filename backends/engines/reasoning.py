@@ -194,15 +194,9 @@ class ReasoningSplitter:
                 elif not body or START.startswith(body):
                     return False
                 self._fresh = False
-            at = self._buf.find(END)
-            if at >= 0:
-                thought.append(self._buf[:at])
-                self._buf = self._buf[at + len(END) :]
+            if self._until(END, thought):
                 self.state, self._lead, self.ended = "answer", True, True
                 return True
-            hold = _held(self._buf, END)
-            thought.append(self._buf[: len(self._buf) - hold])
-            self._buf = self._buf[len(self._buf) - hold :]
             return False
         if self._lead:
             self._buf = self._buf.lstrip()
@@ -211,6 +205,19 @@ class ReasoningSplitter:
             self._lead = False
         answer.append(self._buf)
         self._buf = ""
+        return False
+
+    def _until(self, marker: str, out: list[str]) -> bool:
+        """Moves the text before `marker` to `out` and drops the marker (True), or, with no marker
+        yet, all the text that cannot be its beginning (False)."""
+        at = self._buf.find(marker)
+        if at >= 0:
+            out.append(self._buf[:at])
+            self._buf = self._buf[at + len(marker) :]
+            return True
+        hold = _held(self._buf, marker)
+        out.append(self._buf[: len(self._buf) - hold])
+        self._buf = self._buf[len(self._buf) - hold :]
         return False
 
     def _harmony(self, thought: list[str], answer: list[str]) -> bool:
@@ -229,15 +236,9 @@ class ReasoningSplitter:
                 self.state, self._lead = "answer", True
             return True
         if self.state == "thinking":
-            at = self._buf.find("<|end|>")
-            if at >= 0:
-                thought.append(self._buf[:at])
-                self._buf = self._buf[at + len("<|end|>") :]
+            if self._until("<|end|>", thought):
                 self._header = True
                 return True
-            hold = _held(self._buf, "<|end|>")
-            thought.append(self._buf[: len(self._buf) - hold])
-            self._buf = self._buf[len(self._buf) - hold :]
             return False
         if self._lead:
             self._buf = self._buf.lstrip()
