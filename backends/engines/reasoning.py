@@ -198,14 +198,20 @@ class ReasoningSplitter:
                 self.state, self._lead, self.ended = "answer", True, True
                 return True
             return False
+        if not self._past_lead():
+            return False
+        answer.append(self._buf)
+        self._buf = ""
+        return False
+
+    def _past_lead(self) -> bool:
+        """Drops the whitespace right after the end of thinking; False while nothing else came."""
         if self._lead:
             self._buf = self._buf.lstrip()
             if not self._buf:
                 return False
             self._lead = False
-        answer.append(self._buf)
-        self._buf = ""
-        return False
+        return True
 
     def _until(self, marker: str, out: list[str]) -> bool:
         """Moves the text before `marker` to `out` and drops the marker (True), or, with no marker
@@ -240,11 +246,8 @@ class ReasoningSplitter:
                 self._header = True
                 return True
             return False
-        if self._lead:
-            self._buf = self._buf.lstrip()
-            if not self._buf:
-                return False
-            self._lead = False
+        if not self._past_lead():
+            return False
         text = _drop_closers(self._buf)
         hold = max(_held(text, m) for m in _HARMONY_CLOSERS)
         answer.append(text[: len(text) - hold])
