@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
+from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
 from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
@@ -144,3 +146,86 @@ def _request_set(lora: tuple[tuple[str, float], ...]) -> GenerateRequest:
 
 async def _collect(stream: AsyncIterator[object]) -> list[object]:
     return [d async for d in stream]
+
+
+async def _batched_one_lora(adapters: dict[str, Path]) -> Engine:
+    """The batched engine with room for one adapter: an adapter request waits while another runs."""
+    config = ModelConfig(
+        name="m",
+        source=SMOLLM2,
+        engine={"n_threads": 1, "n_ctx": 512, "n_seq_max": 4},
+        lora={"max_loras": 1},
+    )
+    engine = make_engine(config)
+    await engine.start()
+    for name, path in adapters.items():
+        await engine.load_adapter(name, str(path))
+    return engine
+
+
+def _line(i: int, lora: str | None = None, tokens: int = 40) -> GenerateRequest:
+    """A batch line (`background`) that decodes `tokens` tokens whatever it writes."""
+    sampling = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    prompt = f"Count upwards forever: {i}, {i + 1}, {i + 2},"
+    return GenerateRequest(
+        f"line-{i}", sampling, prompt=prompt, background=True, lora=((lora, 1.0),) if lora else ()
+    )
+
+
+async def _started(engine: Engine, req: GenerateRequest, deltas: int = 3) -> tuple[asyncio.Task[str], float]:
+    """`req` streaming in a task, once it has written `deltas` deltas."""
+    begun = asyncio.Event()
+
+    async def read() -> str:
+        text, seen = "", 0
+        async for delta in engine.generate(req):
+            text, seen = text + delta.text, seen + 1
+            if seen == deltas:
+                begun.set()
+        begun.set()
+        return text
+
+    task = asyncio.create_task(read())
+    await begun.wait()
+    return task, asyncio.get_running_loop().time()
+
+
+async def test_a_batch_line_waits_while_an_interactive_request_waits_for_its_adapter(
+    adapters: dict[str, Path],
+) -> None:
+    """Adapter A runs for an interactive request, so B's interactive request waits for room (one
+    adapter at a time). Batch lines for the base arriving behind it find free slots, and must leave
+    them: while an interactive request waits, no batch line starts (issue 48)."""
+    engine = await _batched_one_lora(adapters)
+    assert isinstance(engine, BatchedLlamaCppEngine)
+    placed: list[str] = []
+    place = engine._place
+
+    def recorded(seq: Any, *args: Any) -> None:
+        placed.append("line" if seq.rank[0] else "adapter")
+        place(seq, *args)
+
+    engine._place = recorded  # type: ignore[method-assign]
+    holder = _request(A)
+    holder.sampling = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    running, _ = await _started(engine, holder)
+    waiting = asyncio.create_task(_answer(engine, B))
+    while not any(seq.lora for seq in engine._pending):  # noqa: ASYNC110  # B's is queued in the engine
+        await asyncio.sleep(0.01)
+    lines = [asyncio.create_task(_collect(engine.generate(_line(i)))) for i in range(2)]
+    await asyncio.gather(running, waiting, *lines)
+    assert placed == ["adapter", "adapter", "line", "line"], placed  # the lines after B's request
+
+
+async def test_an_interactive_request_takes_its_adapter_from_a_batch_line(adapters: dict[str, Path]) -> None:
+    """A long batch line holds adapter A (one adapter at a time); an interactive request for B
+    preempts it for the adapter instead of waiting for the line to end, and the line resumes to
+    the greedy text it gives alone."""
+    engine = await _batched_one_lora(adapters)
+    alone = "".join([d.text async for d in engine.generate(_line(7, A))])
+    before = engine.stats().preemptions_total
+    line, _ = await _started(engine, _line(7, A))
+    assert await _answer(engine, B)
+    assert not line.done()  # B did not wait for the line's 40 tokens
+    assert engine.stats().preemptions_total > before
+    assert await line == alone

@@ -340,40 +340,63 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         that finds none takes the slot of a running one of a worse class (`_preempt`). One whose
         adapters have no room (every loaded one in use, `lora.py`) keeps its place, and so does
         every adapter request behind it, so a busy adapter cannot starve another one; requests for
-        the base model go on past them."""
+        the base model go on past them, but batch lines only when no interactive request waits:
+        a free slot is held for it, as a batch line taking it would delay it further."""
         self._take_incoming(running, cached, used)
         ended = [seq.cancel.is_set() for seq in self._pending]  # while waiting, wherever queued
         if any(ended):
             for seq in itertools.compress(self._pending, ended):
                 self._finish(seq, "abort")
             self._pending = [seq for seq, gone in zip(self._pending, ended, strict=True) if not gone]
-        lora_blocked = False
+        lora_blocked = interactive_waits = False
         i = 0
         while i < len(self._pending):
             seq = self._pending[i]
+            if interactive_waits and seq.rank[0]:
+                return  # sorted: every later one is a batch line too
             full = len(running) >= self._n_seq
             victim = self._victim(running, seq) if full else None
             if full and victim is None:
                 return  # those behind rank no better: none of them may take a slot either
             if seq.lora and not seq.holds_lora:
                 if lora_blocked:
+                    interactive_waits = interactive_waits or not seq.rank[0]
                     i += 1
                     continue
                 try:
-                    model = loaded(self._model).llm._model.model
-                    seq.holds_lora = self._lora.acquire(model, self._ctx.ctx, seq.lora)
+                    seq.holds_lora = self._acquire(seq, running, cached)
                 except Exception as exc:  # its adapter's file is gone, or it was unloaded meanwhile
                     self._pending.pop(i)
                     self._fail(seq, exc)
                     continue
                 if not seq.holds_lora:
                     lora_blocked = True
+                    interactive_waits = interactive_waits or not seq.rank[0]
                     i += 1
                     continue
-            if victim is not None:
+            if victim is not None and len(running) >= self._n_seq:  # `_acquire` frees none when it preempts
                 self._preempt(victim, running, cached)
             self._pending.pop(i)  # its victim ranks below it: queued behind, `i` is still `seq`
             self._place(seq, running, cached, used)
+
+    def _acquire(
+        self, seq: RunningSequence, running: dict[int, RunningSequence], cached: list[list[int]]
+    ) -> bool:
+        """Load `seq`'s adapters (`LoraAdapters.acquire`). An interactive sequence whose adapters
+        find no room takes it from batch lines, as it would take a slot: running lines under
+        adapters are preempted, the latest first, until its adapters fit, so a long batch line
+        never holds an interactive request's adapter out. Each line resumes later, nothing lost."""
+        model = loaded(self._model).llm._model.model
+        if self._lora.acquire(model, self._ctx.ctx, seq.lora):
+            return True
+        if seq.rank[0]:
+            return False
+        lines = [s for s, q in running.items() if q.rank[0] and q.holds_lora and q.preemptable]
+        for slot in sorted(lines, key=lambda s: running[s].queue_key(), reverse=True):
+            self._preempt(slot, running, cached)  # queued behind `seq`: its class ranks below
+            if self._lora.acquire(model, self._ctx.ctx, seq.lora):
+                return True
+        return False
 
     def _take_incoming(
         self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]
