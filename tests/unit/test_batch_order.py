@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from llama_cpp import _internals
 
-from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
+from raygate.backends.engines.llama_cpp.decode_batch import BATCH_PROMPT_CHUNK, RunningSequence, fill
 
 
 def sequence(prompt: list[int], fed: int, next_token: int | None) -> RunningSequence:
@@ -97,3 +97,23 @@ def test_batch_prompts_share_the_room_by_priority_then_arrival() -> None:
     urgent.rank, urgent.order = (True, -1), 9
     fill(batch, {0: late, 1: early, 2: urgent}, cached, n_batch=4)
     assert (urgent.fed, early.fed, late.fed) == (2, 2, 0)
+
+
+def test_batch_prompts_go_in_chunks_while_interactive_requests_run() -> None:
+    """A long batch prompt would make the decode carrying it long, and an interactive request that
+    arrives meanwhile waits for that decode: while one runs, batch prompts go in chunks of
+    `BATCH_PROMPT_CHUNK` (all lines together); with none running, a batch prompt takes the room."""
+    batch = _internals.LlamaBatch(n_tokens=64, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[], [], [5]]
+    first = sequence([1] * 40, fed=0, next_token=None)
+    first.rank, first.order = (True, 0), 0
+    second = sequence([2] * 40, fed=0, next_token=None)
+    second.rank, second.order = (True, 0), 1
+    interactive = sequence([5], fed=1, next_token=50)  # decoding
+    running = {0: first, 1: second, 2: interactive}
+    fill(batch, running, cached, n_batch=64)
+    assert (first.fed, second.fed) == (BATCH_PROMPT_CHUNK, 0)
+    assert batch.batch.n_tokens == BATCH_PROMPT_CHUNK + 1  # and the interactive next token
+    del running[2]  # the interactive request ended: the lines take the room again
+    fill(batch, running, cached, n_batch=64)
+    assert (first.fed, second.fed) == (40, 40)

@@ -19,6 +19,14 @@ from raygate.backends.engines.llama_cpp.vision import ImageSpan, next_span
 from raygate.backends.streams import ThreadFeed
 from raygate.protocol.generation import Delta, TokenLogprob
 
+# While an interactive request runs, batch lines' prompts go in at most this many tokens per decode
+# (all lines together). A decode carrying a whole batch prompt is one an arriving interactive
+# request waits for before its own prompt is fed, and one its streams see as a long gap between
+# tokens; in chunks a batch prompt rides along many short decodes instead (llama.cpp's pass over
+# the weights is paid by the interactive tokens anyway), at the cost of its own first token coming
+# a few decodes later. 16: issue 48's bench row (`python -m bench --only batches`).
+BATCH_PROMPT_CHUNK = 16
+
 
 @dataclass(eq=False)
 class RunningSequence:
@@ -81,7 +89,8 @@ def fill(
     scheduler evaluates through the projector before the next fill. Prompt chunks share the room
     by class (`_prompt_takes`): a batch line's prompt waits while an interactive one is fed, and so
     does a batch line's next token: the decodes that prefill an interactive prompt carry no batch
-    line, so its time to first token is the one it has with no batch running.
+    line, so its time to first token is the one it has with no batch running. While interactive
+    requests run, batch prompts go in chunks of `BATCH_PROMPT_CHUNK` tokens.
     Returns (slot, batch index) of each token whose logits are sampled, and
     (slot, first batch index, first prompt position, count) of each prompt chunk whose
     tokens are scored (prompt logprobs)."""
@@ -148,16 +157,18 @@ def _prompt_takes(running: dict[int, RunningSequence], stepping: set[int], room:
         key=lambda slot: (running[slot].queue_key(), slot),
     )
     interactive = any(not running[slot].rank[0] for slot in feeding)
+    batch_room = BATCH_PROMPT_CHUNK if any(not seq.rank[0] for seq in running.values()) else room
     takes: dict[int, int] = {}
     for slot in feeding:
         seq = running[slot]
         if interactive and seq.rank[0]:
             break  # sorted: every later one is a batch line too
-        take = min(len(seq.prompt) - seq.fed, room)
+        take = min(len(seq.prompt) - seq.fed, min(room, batch_room) if seq.rank[0] else room)
         image = next_span(seq.images, seq.fed) if seq.images else None
         if image is not None:  # text up to the image; the scheduler evaluates the image itself
             take = min(take, image.start - seq.fed)
         if take > 0:
             takes[slot] = take
             room -= take
+            batch_room -= take if seq.rank[0] else 0
     return takes
