@@ -18,11 +18,16 @@ count towards `max_waiting`, so a batch cannot fill the queue interactive reques
 
 Batch lines also take only the engine slots interactive traffic leaves free, on every model, with
 or without `max_running`: the model's slots (`slots`: its ready replicas times the sequences each
-decodes at once, `engine_slots`) minus the most interactive requests that ran at once over the
-last `PEAK_WINDOW_S` seconds. A closed loop of 4 clients on 8 slots leaves the batch 4, which it
-keeps while the loop's requests come and go (no line starts in the instant between one
+decodes at once, `engine_slots`) minus the most interactive engine calls under way at once over
+the last `PEAK_WINDOW_S` seconds. A closed loop of 4 clients on 8 slots leaves the batch 4, which
+it keeps while the loop's requests come and go (no line starts in the instant between one
 interactive request and the next, only to be preempted); a burst past the peak finds every slot
-taken and preempts a batch line in the engine (`backends/engines/llama_cpp/batched.py`).
+taken and preempts a batch line in the engine (`backends/engines/llama_cpp/batched.py`). Engine
+calls, not requests: a request holds its engine slot from its call's start to its last token
+(`Ticket.call_started` / `call_ended`), but its running slot here until its response has been
+sent whole, and a closed loop's client sends its next request as soon as it has read the last
+token. Counted by requests, the loop of 4 ran 5 at once every few seconds, and the batch kept to
+3 of its 4 slots (measured: a quarter of the spare capacity left unused).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class Ticket:
     order: int = 0  # arrival, the tie-break between equal priorities
     released: bool = False
     started: float = 0.0  # loop time when it got a running slot
+    calls: int = 0  # its interactive engine calls under way (`call_started`)
 
     async def wait(self) -> float:
         """Wait for a running slot; returns the seconds spent queued.
@@ -81,6 +87,23 @@ class Ticket:
     def rank(self) -> tuple[bool, int, int]:
         """The queue's order: interactive before batch, then `priority`, then arrival."""
         return (self.batch, self.priority, self.order)
+
+    def call_started(self) -> None:
+        """One of its engine calls began (a sequence holds an engine slot until its last token):
+        an interactive one counts towards the slots batch lines must leave free."""
+        if self.batch or self.released:
+            return
+        self.calls += 1
+        self.gate.interactive_calls += 1
+        self.gate.interactive_peak(asyncio.get_running_loop().time())
+
+    def call_ended(self) -> None:
+        """The engine call's last token (or its failure) is in: its engine slot is free."""
+        if self.calls > 0 and not self.released:
+            self.calls -= 1
+            self.gate.interactive_calls -= 1
+            self.gate._start_waiting()  # a lapsed peak lets a line start; else it sets the timer
+            self.gate.on_change(self.gate)
 
     def release(self) -> None:
         if not self.released:
@@ -102,7 +125,8 @@ class ModelGate:
     batch_running: int = 0  # of `running`: batch lines
     # The model's engine slots over its ready replicas (`engine_slots`), None: unbounded.
     slots: int | None = None
-    peak: int = 0  # the most interactive requests running at once lately (`interactive_peak`)
+    interactive_calls: int = 0  # interactive engine calls under way (`Ticket.call_started`)
+    peak: int = 0  # the most of them at once lately (`interactive_peak`)
     peak_at: float = 0.0
     _timer: asyncio.TimerHandle | None = None
     avg_seconds: float = 1.0
@@ -146,9 +170,9 @@ class ModelGate:
         return max(1, min(_MAX_RETRY_AFTER, math.ceil(estimate)))
 
     def interactive_peak(self, now: float) -> int:
-        """The most interactive requests running at once within the last `PEAK_WINDOW_S` seconds
-        (a high-water mark that falls to the current count once that long has passed)."""
-        current = self.running - self.batch_running
+        """The most interactive engine calls under way at once within the last `PEAK_WINDOW_S`
+        seconds (a high-water mark that falls to the current count once that long has passed)."""
+        current = self.interactive_calls
         if current >= self.peak or now - self.peak_at >= PEAK_WINDOW_S:
             self.peak, self.peak_at = current, now
         return self.peak
@@ -172,7 +196,7 @@ class ModelGate:
         now = asyncio.get_running_loop().time()
         if self.batch_room(now) > 0:
             return True
-        if self.peak > self.running - self.batch_running:
+        if self.peak > self.interactive_calls:
             self._recheck_at(self.peak_at + PEAK_WINDOW_S)  # the peak lapses: look again then
         return False
 
@@ -192,11 +216,11 @@ class ModelGate:
         self.batch_running += ticket.batch
         loop = asyncio.get_running_loop()
         ticket.started = loop.time()
-        if not ticket.batch:
-            self.interactive_peak(ticket.started)
         ticket.admitted.set_result(None)
 
     def _release(self, ticket: Ticket) -> None:
+        self.interactive_calls -= ticket.calls  # none, unless a call's end was never reported
+        ticket.calls = 0
         if ticket.admitted.done():
             self.running -= 1
             self.batch_running -= ticket.batch

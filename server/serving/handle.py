@@ -185,6 +185,7 @@ class ModelHandle:
         )
         loop = asyncio.get_running_loop()
         stream = self._router.generate(request)
+        self._ticket.call_started()
         first_at: float | None = None
         last: Delta | None = None
         failure: BaseException | None = None
@@ -213,6 +214,7 @@ class ModelHandle:
             close = getattr(stream, "aclose", None)  # an async generator: close it if we left early
             if close is not None:
                 await close()
+            self._ticket.call_ended()
             self._record(last, first_at, loop.time(), counts_prompt)
             if span is not None:
                 self._trace_call(span, last, first_at, failure)
@@ -311,12 +313,15 @@ class ModelHandle:
         request = dataclasses.replace(
             request, request_id=self._engine_id(request.request_id), trace=self._carrier(span)
         )
+        self._ticket.call_started()
         try:
             result = await self._ctx.bounded(call(request), self._total_deadline, self._total_expired)
         except BaseException as exc:
             if span is not None:
                 self._end_call(span, {}, exc)
             raise
+        finally:
+            self._ticket.call_ended()
         self._record_whole(result.prompt_tokens)
         if span is not None:
             self._end_call(span, {"gen_ai.usage.input_tokens": result.prompt_tokens}, None)

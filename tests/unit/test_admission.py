@@ -9,7 +9,7 @@ import pytest
 from raygate.protocol.config import ModelConfig, ModelLimits, ModelSource
 from raygate.protocol.errors import RateLimitError
 from raygate.server.serving import admission
-from raygate.server.serving.admission import Admission, ModelGate, engine_slots
+from raygate.server.serving.admission import Admission, ModelGate, Ticket, engine_slots
 
 
 def gate(max_running: int | None = None, max_waiting: int | None = None) -> ModelGate:
@@ -212,15 +212,21 @@ async def test_admission_keeps_one_gate_per_model_and_takes_new_limits() -> None
 # -- batch lines on engine slots (no max_running): the slots interactive traffic leaves free --
 
 
+def started(ticket: Ticket) -> Ticket:
+    """An interactive request whose engine call has begun (what `ModelHandle` reports)."""
+    ticket.call_started()
+    return ticket
+
+
 async def test_batch_lines_take_only_the_slots_interactive_traffic_leaves() -> None:
     g = gate()
     g.slots = 8
-    interactive = [g.enter() for _ in range(4)]
+    interactive = [started(g.enter()) for _ in range(4)]
     lines = [g.enter(batch=True) for _ in range(6)]
     assert [t.admitted.done() for t in lines] == [True] * 4 + [False] * 2
     assert (g.running, g.batch_running, g.batch_waiting) == (8, 4, 2)
     # An interactive request is never held by the slots: the engine preempts a batch line for it.
-    extra = g.enter()
+    extra = started(g.enter())
     assert extra.admitted.done() and g.running == 9
     # A line ends: the next waits, since 5 interactive requests ran at once just now.
     lines[0].release()
@@ -240,7 +246,7 @@ async def test_the_interactive_peak_lapses_and_batch_lines_take_the_room_it_held
     monkeypatch.setattr(admission, "PEAK_WINDOW_S", 0.05)
     g = gate()
     g.slots = 2
-    a, b = g.enter(), g.enter()
+    a, b = started(g.enter()), started(g.enter())
     a.release()
     b.release()
     line = g.enter(batch=True)
@@ -273,3 +279,26 @@ def test_engine_slots_by_backend() -> None:
     assert engine_slots(config("vllm", max_num_seqs=16)) == 16
     assert engine_slots(config("vllm")) is None
     assert engine_slots(config("synthetic")) is None
+
+
+async def test_a_closed_loops_next_request_does_not_raise_the_peak() -> None:
+    """A client that sends its next request as soon as it has read the last token: the gateway
+    still holds the previous request (its response is being closed) while the new one's engine
+    call starts. The engine slot is free already: counted by engine calls the loop of 2 never
+    runs 3 at once, so the batch keeps its 2 of 4 slots."""
+    g = gate()
+    g.slots = 4
+    loop = [started(g.enter()) for _ in range(2)]
+    lines = [g.enter(batch=True) for _ in range(3)]
+    assert [t.admitted.done() for t in lines] == [True, True, False]
+    for _ in range(5):
+        loop[0].call_ended()  # its last token is out; the response is still being sent
+        nxt = started(g.enter())
+        loop[0].release()
+        loop = [loop[1], nxt]
+    assert g.peak == 2
+    lines[0].release()
+    assert lines[2].admitted.done()  # the freed line slot goes to the next line
+    for t in [*loop, *lines]:
+        t.release()
+    assert (g.running, g.interactive_calls, g.batch_running) == (0, 0, 0)
