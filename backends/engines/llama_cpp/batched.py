@@ -374,7 +374,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                     interactive_waits = interactive_waits or not seq.rank[0]
                     i += 1
                     continue
-            if victim is not None and len(running) >= self._n_seq:  # `_acquire` frees none when it preempts
+            if victim is not None and len(running) >= self._n_seq:  # `_acquire` may have freed a slot
                 self._preempt(victim, running, cached)
             self._pending.pop(i)  # its victim ranks below it: queued behind, `i` is still `seq`
             self._place(seq, running, cached, used)
