@@ -57,15 +57,30 @@ class Event(NamedTuple):
 Payload = str | Event
 
 
+# Characters JSON leaves raw inside strings (pydantic and json.dumps(ensure_ascii=False) do) that
+# Python's str.splitlines() ends a line at, and with it httpx's `aiter_lines()`, which the ollama
+# client and many SSE readers use: a token holding one cut its frame in two for them ("Unterminated
+# string"). Escaped, they decode to the same text and every reader sees one line per frame.
+_UNICODE_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _one_line(json_text: str) -> bytes:
+    """A JSON payload encoded so that no reader splits it: only JSON strings can hold these
+    characters, where the escape means the same."""
+    if not json_text.isascii():
+        json_text = json_text.translate(_UNICODE_LINE_BREAKS)
+    return json_text.encode()
+
+
 def _frame(payload: Payload) -> bytes:
     if isinstance(payload, str):
-        return b"data: " + payload.encode() + b"\n\n"
-    return b"event: " + payload.name.encode() + b"\ndata: " + payload.data.encode() + b"\n\n"
+        return b"data: " + _one_line(payload) + b"\n\n"
+    return b"event: " + payload.name.encode() + b"\ndata: " + _one_line(payload.data) + b"\n\n"
 
 
 def ndjson_line(payload: Payload) -> bytes:
     """A newline-delimited JSON line (Ollama's streams): the payload is one JSON object."""
-    return (payload if isinstance(payload, str) else payload.data).encode() + b"\n"
+    return _one_line(payload if isinstance(payload, str) else payload.data) + b"\n"
 
 
 @dataclass(frozen=True, slots=True)
