@@ -35,6 +35,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from raygate.backends.streams import Pump, closing
 from raygate.protocol.errors import EngineError, OpenAIError
+from raygate.protocol.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +58,10 @@ class Event(NamedTuple):
 Payload = str | Event
 
 
-# Characters JSON leaves raw inside strings (pydantic and json.dumps(ensure_ascii=False) do) that
-# Python's str.splitlines() ends a line at, and with it httpx's `aiter_lines()`, which the ollama
-# client and many SSE readers use: a token holding one cut its frame in two for them ("Unterminated
-# string"). Escaped, they decode to the same text and every reader sees one line per frame.
-_UNICODE_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
 def _one_line(json_text: str) -> bytes:
-    """A JSON payload encoded so that no reader splits it: only JSON strings can hold these
-    characters, where the escape means the same."""
-    if not json_text.isascii():
-        json_text = json_text.translate(_UNICODE_LINE_BREAKS)
-    return json_text.encode()
+    """A payload no line reader splits: a token holding U+2028 cut its frame in two for httpx's
+    `aiter_lines()` ("Unterminated string", issue 51's chaos run); protocol/text.py."""
+    return one_line(json_text).encode()
 
 
 def _frame(payload: Payload) -> bytes:
