@@ -5,6 +5,11 @@ JSON may spell any UTF-16 code unit (`"\\ud800"`), and Python's `json` turns an 
 a tokenizer, a file name or a log line raises. Request and configuration bases (protocol/base.py)
 refuse it at validation, naming the field, so every endpoint answers 400 on every engine instead of
 failing inside one.
+
+Text that splits a line: JSON leaves U+2028, U+2029 and U+0085 raw inside strings (pydantic does,
+and `json.dumps(ensure_ascii=False)`), and Python's `str.splitlines()` ends a line at each, with it
+httpx's `iter_lines()`, which the ollama client and many SSE readers use. `one_line` escapes them
+in JSON text sent one object per line (SSE frames, NDJSON, batch output files).
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from pydantic import BaseModel
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Guards the walk of free-form values (`dict[str, Any]`): deeper JSON is refused elsewhere.
 _MAX_WALK_DEPTH = 256
+
+
+_UNICODE_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def one_line(json_text: str) -> str:
+    """JSON text no line reader splits: only JSON strings can hold these characters, where the
+    escape means the same. Costs nothing for ASCII text (`isascii` is a flag in CPython)."""
+    return json_text if json_text.isascii() else json_text.translate(_UNICODE_LINE_BREAKS)
 
 
 def printable(text: str) -> str:

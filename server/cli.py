@@ -8,10 +8,14 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from raygate.client.commands import add_client_commands, run_client
 from raygate.server.options import add_options, from_namespace
 from raygate.server.settings import ConfigError, Settings, resolve_settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -32,14 +36,35 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
+def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """How the gateway's HTTP server runs: our head / write-stall limits over uvicorn's protocol,
+    and its timeouts from the settings."""
     import uvicorn
 
+    from raygate.server.transport.http_limits import limited_protocol
+    from raygate.server.transport.lifecycle import STOP_GRACE_S
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,  # uvicorn's records go through our handler (request id, JSON)
+        access_log=False,  # server/transport/middleware.py writes the access log, with the request id
+        timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
+        http=limited_protocol(
+            settings.max_header_bytes, settings.header_timeout_s, settings.stream_stall_timeout_s
+        ),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
     from raygate.server.access.exposure import check_exposure
     from raygate.server.app import build_app
     from raygate.server.observability.logs import configure_logging
-    from raygate.server.transport.http_limits import limited_protocol
-    from raygate.server.transport.lifecycle import STOP_GRACE_S, DrainingServer
+    from raygate.server.transport.lifecycle import DrainingServer
 
     try:
         settings = resolve_settings(from_namespace(Settings, args))
@@ -59,20 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
     # already completed.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_after_shutdown)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,  # uvicorn's records go through our handler (request id, JSON)
-        access_log=False,  # server/transport/middleware.py writes the access log, with the request id
-        timeout_graceful_shutdown=int(STOP_GRACE_S) + 5,
-        http=limited_protocol(
-            settings.max_header_bytes, settings.header_timeout_s, settings.stream_stall_timeout_s
-        ),
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-        timeout_keep_alive=settings.keep_alive_timeout_s,
-    )
+    config = uvicorn_config(app, settings)
     DrainingServer(config, app.state.lifecycle).run()
     return 0
 

@@ -213,15 +213,20 @@ class Settings:
         10.0,
         env="RAYGATE_HEADER_TIMEOUT",
         flag="--header-timeout",
-        help="seconds a client has to send a request's headers, from connecting (or from the end of "
-        "its previous request); then 408, or a plain close if it sent nothing",
+        help="seconds a client has to send a request's headers, from connecting (on a kept-alive "
+        "connection: from the first byte of the next request); then 408, or a plain close if it sent "
+        "nothing",
         group=OPERATIONS,
     )
+    # Well above the 5 s after which httpx / the openai SDK stop reusing an idle connection: with
+    # equal timeouts the server closed connections just as clients sent a POST on them, which they
+    # saw as a bare ReadError and do not retry (nginx keeps 75 s for the same reason).
     keep_alive_timeout_s: int = setting(
-        5,
+        75,
         env="RAYGATE_KEEP_ALIVE_TIMEOUT",
         flag="--keep-alive-timeout",
-        help="seconds an idle kept-alive connection stays open between requests",
+        help="seconds an idle kept-alive connection stays open between requests; keep it above your "
+        "clients' (and any proxy's) idle expiry, or a request sent as it closes is lost",
         group=OPERATIONS,
     )
     # server/transport/write_stall.py

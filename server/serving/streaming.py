@@ -35,6 +35,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from raygate.backends.streams import Pump, closing
 from raygate.protocol.errors import EngineError, OpenAIError
+from raygate.protocol.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,21 @@ class Event(NamedTuple):
 Payload = str | Event
 
 
+def _one_line(json_text: str) -> bytes:
+    """A payload no line reader splits: a token holding U+2028 cut its frame in two for httpx's
+    `aiter_lines()` ("Unterminated string", issue 51's chaos run); protocol/text.py."""
+    return one_line(json_text).encode()
+
+
 def _frame(payload: Payload) -> bytes:
     if isinstance(payload, str):
-        return b"data: " + payload.encode() + b"\n\n"
-    return b"event: " + payload.name.encode() + b"\ndata: " + payload.data.encode() + b"\n\n"
+        return b"data: " + _one_line(payload) + b"\n\n"
+    return b"event: " + payload.name.encode() + b"\ndata: " + _one_line(payload.data) + b"\n\n"
 
 
 def ndjson_line(payload: Payload) -> bytes:
     """A newline-delimited JSON line (Ollama's streams): the payload is one JSON object."""
-    return (payload if isinstance(payload, str) else payload.data).encode() + b"\n"
+    return _one_line(payload if isinstance(payload, str) else payload.data) + b"\n"
 
 
 @dataclass(frozen=True, slots=True)

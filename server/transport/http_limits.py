@@ -10,8 +10,8 @@ uses (the same one "auto" would pick):
 
 * a head larger than `max_header_bytes` is answered `431` (OpenAI's error body) and the connection
   closed; at most one socket read (256 KiB) past the limit is ever buffered;
-* a head not complete `header_timeout` seconds after the connection opened (or after the previous
-  request's body ended, for the next request on a kept-alive connection) is answered `408`, or
+* a head not complete `header_timeout` seconds after the connection opened (or after the first
+  byte of the next request, on a kept-alive connection) is answered `408`, or
   the connection is simply closed when nothing at all was sent.
 
 Between requests uvicorn's own `timeout_keep_alive` closes idle connections. A client that stops

@@ -231,3 +231,17 @@ def test_batches_are_per_owner_newest_first_and_survive_a_reopen(tmp_path: Path)
         [(first, 1), (second, 0), (second, 1)]
     )
     assert db.status_counts()["in_progress"] == 2
+
+
+def test_an_answer_holding_a_unicode_line_break_stays_on_its_line(db: BatchDB) -> None:
+    """`splitlines()` (how the chaos harness, and many users, read an output file) also ends a
+    line at U+2028 / U+2029 / U+0085, which JSON leaves raw inside strings."""
+    batch_id = new_batch(db, 2)
+    text = "one\u2028two\x85three\u2029four"
+    for line in db.claim("r1", 10, 30, now=T0):
+        body = {"id": f"c{line.index}", "choices": [{"message": {"content": text}}]}
+        db.finish("r1", batch_id, line.index, LineResult(200, f"r{line.index}", body), now=T0 + 1)
+    batch = db.get_batch(batch_id, "alice")
+    assert batch is not None and batch.status == "completed"
+    outputs = output_lines(db, batch.output_file_id)  # one object per splitlines() line
+    assert [o.response and o.response.body["choices"][0]["message"]["content"] for o in outputs] == [text] * 2

@@ -4,8 +4,9 @@ engine's use of it, on the real SmolLM2, is in tests/engine/test_prompt_cache.py
 from __future__ import annotations
 
 import random
+import sys
 
-from raygate.backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix, pick_slot, runs
+from raygate.backends.engines.llama_cpp.prompt_store import PromptStore, common_prefix, held, pick_slot, runs
 
 
 def test_the_longest_shared_prefix_wins() -> None:
@@ -100,3 +101,17 @@ def test_a_copy_reuses_the_buffer_of_a_state_that_left() -> None:
     assert second is not None
     store.put([4, 5, 6, 7], bytearray(60))  # extends [4, 5, 6], which it supersedes
     assert store.buffer(10) is second.state
+
+
+def test_the_bound_counts_the_memory_a_reused_buffer_holds() -> None:
+    """A spare cut to a smaller state keeps its allocation: counted by length, the store held up
+    to twice its bound (issue 51's chat replica RSS)."""
+    store = PromptStore(capacity=10_000)
+    store.put([1], bytearray(6000))
+    store.put([2], bytearray(6000))  # [1] is evicted; its buffer becomes a spare
+    reused = store.buffer(3100)
+    assert len(reused) == 3100 and held(reused) >= 6000 and sys.getsizeof(reused) > 6000  # kept
+    store.put([3], reused)
+    assert store.best([2])[1] == 0  # 6000 + 6000 held: over the bound, so [2] left
+    assert store.best([3])[1] == 1
+    assert store.used == held(reused) <= store.capacity

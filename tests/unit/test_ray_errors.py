@@ -4,7 +4,8 @@ exception classes are built here as Ray builds them (no cluster is started)."""
 from __future__ import annotations
 
 import pytest
-from ray.exceptions import RayActorError, RayTaskError
+from ray.core.generated.common_pb2 import ActorDiedErrorContext
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from raygate.backends.cluster.runtime.errors import (
     CONTROLLER_ERRORS,
@@ -92,3 +93,34 @@ def test_raising_maps_ray_errors_and_lets_others_through() -> None:
         raise ValueError("local bug")
     with pytest.raises(EngineError, match="Model `m` failed"), REPLICA_ERRORS.raising("m"):
         raise task_error(RuntimeError("x"))
+
+
+def actor_died(error_message: str) -> ActorDiedError:
+    """What a call on a dead actor raises: Ray builds it from the GCS's death context."""
+    context = ActorDiedErrorContext(
+        error_message=error_message, class_name="ModelWorker", actor_id=b"\1" * 16
+    )
+    return ActorDiedError(context)
+
+
+def test_a_replica_the_controller_stopped_is_retried_elsewhere() -> None:
+    """Issue 51: the controller drains a replica, then `ray.kill`s it; a gateway whose table still
+    listed it sent a rerank there and answered 503 `replica_died`, though nothing ran."""
+    killed = actor_died("The actor is dead because it was killed by `ray.kill`.")
+    mapped = REPLICA_ERRORS.map(killed, "embed")
+    assert mapped is not None and mapped.retry
+    assert type(mapped.error) is ServiceUnavailableError
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR",
+        "The actor died because its node has died.",
+        "The actor is dead because its owner has died.",
+    ],
+)
+def test_a_replica_that_crashed_or_lost_its_node_is_still_not_retried(message: str) -> None:
+    mapped = REPLICA_ERRORS.map(actor_died(message), "chat")
+    assert mapped is not None and not mapped.retry
+    assert type(mapped.error) is ReplicaDiedError

@@ -11,7 +11,8 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
-from ray.exceptions import RayActorError, RayTaskError
+from ray.core.generated.common_pb2 import ActorDiedErrorContext
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from raygate.backends.cluster.routing.replica import ReplicaDrainingError
 from raygate.backends.cluster.routing.route_table import DeploymentRoute, ReplicaRoute
@@ -263,6 +264,22 @@ async def test_embed_retries_on_a_draining_replica() -> None:
     assert result.embeddings == [[1.0]]
     assert (bad.embeds, good.embeds) == (1, 1)
     assert [x.inflight for x in r.replicas] == [0, 1]
+
+
+async def test_embed_on_a_replica_the_controller_just_stopped_goes_to_another() -> None:
+    """Issue 51: this gateway's table still listed a replica the controller had drained and
+    `ray.kill`ed; the call met a dead actor, though the request ran nowhere."""
+    context = ActorDiedErrorContext(
+        error_message="The actor is dead because it was killed by `ray.kill`.", actor_id=b"\1" * 16
+    )
+    bad = FakeActor("bad", error=ActorDiedError(context))
+    good = FakeActor("good")
+    r = router(bad, good)
+    r.replicas[1].inflight = 1
+    result = await r.embed(EmbedRequest(request_id="e", inputs=["x"]))
+    assert result.embeddings == [[1.0]]
+    assert (bad.embeds, good.embeds) == (1, 1)
+    assert r.replicas[0].dead  # and nothing more goes there
 
 
 async def test_embed_engine_error_is_not_retried() -> None:

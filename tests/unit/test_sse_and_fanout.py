@@ -7,12 +7,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from raygate.protocol.errors import BadRequestError, EngineError
 from raygate.protocol.generation import Delta
 from raygate.server.serving.fanout import merge
-from raygate.server.serving.streaming import _frames, sse_response
+from raygate.server.serving.streaming import Event, _frames, ndjson_line, sse_response
 
 
 async def _payloads(values: list[str], fail: Exception | None = None) -> AsyncIterator[str]:
@@ -124,3 +125,17 @@ async def test_merge_raises_the_first_error_and_closes_the_other_streams() -> No
         async for _ in merge([endless(), _deltas(["a"], EngineError("replica failed"), pause=0.01)]):
             pass
     assert closed.is_set()
+
+
+async def test_unicode_line_breaks_in_a_token_do_not_split_a_frame_for_line_readers() -> None:
+    """httpx's `iter_lines()` (the ollama client's reader, and many SSE readers') splits at every
+    line boundary `str.splitlines()` knows, U+2028 / U+2029 / U+0085 included, which JSON leaves raw
+    in strings: a token holding one cut its frame ("Unterminated string", issue 51's chaos run)."""
+    text = "a\u2028b\x85c\u2029d é"
+    payload = json.dumps({"choices": [{"text": text}]}, ensure_ascii=False)
+    sse = b"".join(await _body(payload, _payloads([])))
+    ndjson = ndjson_line(payload) + ndjson_line(Event("message", payload))
+    for body, prefix in ((sse, "data: "), (ndjson, "")):
+        lines = [line for line in httpx.Response(200, content=body).iter_lines() if line]
+        frames = [json.loads(line.removeprefix(prefix)) for line in lines if line != "data: [DONE]"]
+        assert [f["choices"][0]["text"] for f in frames] == [text] * len(frames) and frames

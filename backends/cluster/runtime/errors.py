@@ -8,7 +8,8 @@ replica as a 503 to retry, anything else as a 500 naming the model.
 A replica that died under a call is *not* a retry row (issue #12): the request may be what killed
 it (a grammar that crashed llama.cpp), and sending it on crashed every replica of the model in
 turn. It fails once, saying so; a draining replica, which refused before running anything, is
-still retried. Like httpx's
+still retried, and so is one the controller stopped on purpose after draining it (`ray.kill`: a
+gateway whose routing table still lists it can call it in that moment; nothing ran). Like httpx's
 `HTTPCORE_EXC_MAP`, each caller states this as an ordered table instead of an `isinstance` ladder;
 the router's retry rule (only when nothing was sent yet) reads the same rows.
 
@@ -87,6 +88,7 @@ class Row:
     types: type[BaseException] | tuple[type[BaseException], ...]
     make: Make
     retry: bool = False  # safe to send again elsewhere if nothing reached the client yet
+    when: Callable[[BaseException], bool] | None = None  # a further test on the matched exception
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ class ErrorTable:
         cause = remote_cause(exc)
         for row in self.rows:
             found = cause if row.origin == "remote" else exc
-            if found is not None and isinstance(found, row.types):
+            if found is not None and isinstance(found, row.types) and (row.when is None or row.when(found)):
                 return Mapped(row.make(subject, found), row.retry)
         return None
 
@@ -133,6 +135,24 @@ class ErrorTable:
             raise self.error(exc, subject) from None
 
 
+# What Ray's GCS says of an actor that `ray.kill` ended (its ActorDiedError carries the text).
+_RAY_KILL = "killed by `ray.kill`"
+
+
+def stopped_by_controller(exc: BaseException) -> bool:
+    """The replica was ended on purpose: the controller drains a replica, then `ray.kill`s it
+    (scale-down, rolling update, delete). A gateway whose routing table has not yet dropped it
+    can still send it a request in that moment, which then meets a dead actor although the
+    request ran nowhere and killed nothing (issue 51: a rerank's 503 `replica_died` outside any
+    fault): safe to send to another replica. A crash (SIGKILL, OOM, a segfault) or a lost node
+    says otherwise and stays `replica_died`."""
+    return _RAY_KILL in str(exc)
+
+
+def _no_replica(model: str, _: BaseException) -> OpenAIError:
+    return ServiceUnavailableError(f"No replica of `{model}` could take the request; please retry.")
+
+
 def _itself(_: str, exc: BaseException) -> OpenAIError:
     assert isinstance(exc, OpenAIError)
     return exc
@@ -145,15 +165,9 @@ def _model_failed(model: str, exc: BaseException) -> OpenAIError:
 # A model's replicas (`ModelWorker`), called by the router; the subject is the model's name.
 REPLICA_ERRORS = ErrorTable(
     Row("remote", OpenAIError, same_error),
-    Row(
-        "remote",
-        (RayActorError, ReplicaDrainingError),
-        lambda model, _: ServiceUnavailableError(
-            f"No replica of `{model}` could take the request; please retry."
-        ),
-        retry=True,
-    ),
+    Row("remote", (RayActorError, ReplicaDrainingError), _no_replica, retry=True),
     Row("remote", BaseException, _model_failed),
+    Row("ray", RayActorError, _no_replica, retry=True, when=stopped_by_controller),
     Row("ray", (RayActorError, StreamLostError), lambda model, _: ReplicaDiedError.serving(model)),
     Row("ray", OpenAIError, _itself),  # not a Ray error at all: already typed
     Row("ray", BaseException, _model_failed),

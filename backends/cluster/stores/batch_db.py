@@ -43,6 +43,7 @@ from raygate.protocol.batches import (
 )
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.files import NoSuchFileError, OpenAIFile
+from raygate.protocol.text import one_line
 
 DB_FILE = "batches.sqlite3"
 
@@ -506,7 +507,9 @@ class BatchDB:
 
 
 def _jsonl(lines: list[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode()
+    """One JSON object a line, none of them split by a reader that breaks lines at U+2028 too
+    (`str.splitlines()`, httpx's `iter_lines()`): protocol/text.py's `one_line`."""
+    return ("\n".join(one_line(line) for line in lines) + "\n").encode()
 
 
 def _file(row: tuple[Any, ...]) -> OpenAIFile:

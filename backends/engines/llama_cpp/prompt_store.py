@@ -8,12 +8,16 @@ extends a stored one further than any slot does has it copied back into its slot
 only the rest. Greedy output is unchanged: the restored cells are the ones the slot computed.
 
 Bounded by bytes (`engine: {prompt_cache_ram_mib: N}`), least recently used out first. A stored
-state whose tokens are a prefix of a newer one is dropped: the newer one serves both.
+state whose tokens are a prefix of a newer one is dropped: the newer one serves both. The bytes
+counted are the memory each buffer holds, not its length: a reused buffer cut to a smaller state
+keeps its allocation (CPython shrinks a bytearray in place unless it loses over half), so counting
+lengths let the store hold up to twice its bound (issue 51: the chat replica's RSS over an hour).
 Pure Python and byte arrays: the engine does the llama.cpp calls, so this is tested without a model.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -82,6 +86,15 @@ def runs(slots: set[int]) -> int:
     return sum(1 for s in slots if s - 1 not in slots)
 
 
+# What `sys.getsizeof` adds to a bytearray's length when its allocation fits it exactly.
+_OVERHEAD = sys.getsizeof(bytearray(1)) - 1
+
+
+def held(state: bytearray) -> int:
+    """The bytes a state's buffer holds: its allocation, which may exceed its length."""
+    return max(len(state), sys.getsizeof(state) - _OVERHEAD)
+
+
 class PromptStore:
     """Stored sequence states by their tokens, within `capacity` bytes."""
 
@@ -127,14 +140,14 @@ class PromptStore:
         return bytearray(size)
 
     def _drop(self, entry: StoredPrompt) -> None:
-        self.used -= len(entry.state)
+        self.used -= held(entry.state)
         self._spares.append(entry.state)
         self._spares.sort(key=len, reverse=True)  # the largest kept: any later state fits them
         del self._spares[SPARE_BUFFERS:]
 
     def put(self, tokens: list[int], state: bytearray) -> bool:
         """Store a slot's state; False if it is larger than the whole capacity."""
-        size = len(state)
+        size = held(state)
         if size > self.capacity or not tokens:
             return False
         key = tuple(tokens)
