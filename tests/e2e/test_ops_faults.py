@@ -1,15 +1,19 @@
 """Faults made to happen for real: a client leaving mid-stream, a replica actor killed mid-stream, an
-engine that fails after N tokens. Fault tests 1-3 of the operations issue."""
+engine that fails after N tokens. Fault tests 1-3 of the operations issue; and Ray's own words for
+an actor `ray.kill` ended, which the router's retry of a stopped replica reads."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import httpx
 import openai
 import pytest
 import ray
 
+from raygate.backends.cluster.runtime.errors import stopped_by_controller
 from tests.support.gateway import GatewayProcess
 from tests.support.ops import ADMIN_KEY, StreamReader, metric, scrape, wait_for
 from tests.support.replicas import replica_actors, replica_stats
@@ -134,3 +138,28 @@ def test_engine_failure_mid_stream_leaves_the_replica_usable(
         ok = c.completions.create(model="synth-fail", prompt="x", max_tokens=3)
         assert ok.choices[0].text == " tok" * 3 and ok.choices[0].finish_reason == "length"
     assert all(s.running == 0 for s in replica_stats("synth-fail"))
+
+
+@ray.remote(num_cpus=0)
+class _Pid:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_ray_says_an_actor_was_ended_by_ray_kill_and_not_when_it_crashed(ray_address: str) -> None:
+    """The router sends a call that met a replica the controller stopped (drained, then
+    `ray.kill`) to another replica, and fails one whose replica crashed: it tells them apart by
+    Ray's own message (`stopped_by_controller`). This pins that message on the installed Ray, so
+    an upgrade that rewords it fails here rather than turning those retries back into 503s."""
+    killed, crashed = _Pid.remote(), _Pid.remote()  # type: ignore[attr-defined]
+    ray.get(killed.pid.remote(), timeout=120)
+    pid = ray.get(crashed.pid.remote(), timeout=120)
+    ray.kill(killed)
+    os.kill(pid, signal.SIGKILL)
+    errors: list[BaseException] = []
+    for actor in (killed, crashed):
+        with pytest.raises(ray.exceptions.RayActorError) as info:
+            ray.get(actor.pid.remote(), timeout=120)
+        errors.append(info.value)
+    assert stopped_by_controller(errors[0]), errors[0]
+    assert not stopped_by_controller(errors[1]), errors[1]
