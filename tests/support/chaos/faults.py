@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from bench.servers import cmdline, descendants, maps_file
-from tests.support.chaos.traffic import DEADLINE_S, SILENT, Outcome, Traffic, completion
+from tests.support.chaos.traffic import SILENT, Outcome, Traffic, broken, client_for, completion
 from tests.support.cluster import LocalCluster
 from tests.support.gateway import GatewayProcess, start_gateway
 
@@ -189,14 +189,15 @@ class Chaos:
     async def burst(self) -> str:
         """48 requests at once on top of the clients: past the chat model's queue limit."""
         traffic = Traffic([gw.url for gw in self.gateways], self.traffic.models, self.traffic.headers)
-        limits = httpx.Limits(max_connections=64)
-        async with httpx.AsyncClient(headers=self.traffic.headers, limits=limits, timeout=DEADLINE_S) as c:
+        async with client_for(self.traffic.headers, httpx.Limits(max_connections=64)) as c:
 
             async def one(i: int) -> None:
                 started = time.monotonic()
                 url = traffic.gateways[i % len(traffic.gateways)]
                 try:
                     kind, status, code, detail = await completion(traffic, c, url, random.Random(i))
+                except httpx.TransportError as exc:
+                    kind, status, code, detail = broken(exc)
                 except httpx.HTTPError as exc:
                     kind, status, code, detail = SILENT, 0, None, repr(exc)[:200]
                 outcome = Outcome("burst", kind, status, code, started, time.monotonic(), url, detail)

@@ -9,7 +9,7 @@ request ends in one of four ways:
   end: `[DONE]`, `response.completed`, `message_stop`) and no error in it;
 - `refused`: an error the client can see: a status with the API's error body, an in-band error
   frame followed by the stream's end, a connection refused by a gateway that is down, or one it
-  closed before answering as it stopped (`closed`: a batch's upload or create, which is not retried);
+  closed before any answer began (`closed`; see `broken`);
 - `silent`: anything else: a stream cut without an error, a body that does not parse, a 200
   without the answer's fields (the losses the run must never see);
 - `hung`: no end within the deadline.
@@ -73,7 +73,7 @@ class Traffic:
     async def run(self, concurrency: int, seed: int) -> None:
         """`concurrency` clients, each sending one request after another until `stop` is set."""
         limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(headers=self.headers, limits=limits, timeout=DEADLINE_S) as client:
+        async with client_for(self.headers, limits) as client:
             await asyncio.gather(*(self._client(client, random.Random(seed + i)) for i in range(concurrency)))
 
     async def _client(self, client: httpx.AsyncClient, rng: random.Random) -> None:
@@ -87,14 +87,46 @@ class Traffic:
                 )
             except TimeoutError:
                 kind, status, code, detail = HUNG, 0, None, "no end within the deadline"
-            except httpx.ConnectError as exc:  # nothing was accepted: the client knows at once
-                kind, status, code, detail = REFUSED, 0, "connect", repr(exc)[:200]
+            except httpx.TransportError as exc:
+                kind, status, code, detail = broken(exc)
             except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
                 kind, status, code, detail = SILENT, 0, None, repr(exc)[:300]
             self.outcomes.append(Outcome(api, kind, status, code, started, time.monotonic(), gateway, detail))
 
 
 Result = tuple[str, int, str | None, str]
+ANSWERED = "raygate-chaos-answered"  # set in a request's extensions once its status line arrived
+
+
+async def _answered(response: httpx.Response) -> None:
+    response.request.extensions[ANSWERED] = True
+
+
+def client_for(headers: dict[str, str], limits: httpx.Limits) -> httpx.AsyncClient:
+    """The clients' HTTP client: it marks each request whose answer began, for `broken`."""
+    return httpx.AsyncClient(
+        headers=headers, limits=limits, timeout=DEADLINE_S, event_hooks={"response": [_answered]}
+    )
+
+
+def broken(exc: httpx.TransportError) -> Result:
+    """A connection that failed, judged by whether an answer had begun on it. None had: a refused
+    connection (a gateway that is down), or a kept-alive one the stopping gateway closed or reset
+    as the request went out (HTTP/1.1's race, which no server can close: RFC 9112 section 9.3.1;
+    a POST is not retried by itself). The client sees either as an error at once, so both are
+    refusals, allowed only while a gateway restarts (report.py). An answer had begun: a body cut
+    short, silent."""
+    try:
+        answered = bool(exc.request.extensions.get(ANSWERED))
+    except RuntimeError:  # no request attached: nothing was sent
+        answered = False
+    if isinstance(exc, httpx.ConnectError):
+        return REFUSED, 0, "connect", repr(exc)[:200]
+    if not answered:
+        return REFUSED, 0, CLOSED, repr(exc)[:200]
+    return SILENT, 0, None, repr(exc)[:300]
+
+
 Send = Callable[[Traffic, httpx.AsyncClient, str, random.Random], Awaitable[Result]]
 
 
@@ -356,10 +388,7 @@ async def batch(t: Traffic, c: httpx.AsyncClient, url: str, rng: random.Random) 
         body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
         r = await c.post(f"{url}/v1/batches", json=body)
     except httpx.TransportError as exc:
-        # No answer began: a keep-alive connection the stopping gateway closed as the request went
-        # out (HTTP/1.1's race; a POST is not retried by itself). The client sees the error, as it
-        # sees a refused connection: allowed only while a gateway restarts (report.py).
-        return REFUSED, 0, CLOSED, repr(exc)[:200]
+        return broken(exc)
     if r.status_code != 200:
         return _refusal(r, r.json())
     batch_id = r.json()["id"]
