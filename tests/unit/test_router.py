@@ -7,6 +7,7 @@ Ray itself is never started."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -62,6 +63,19 @@ def test_ties_rotate_over_the_equally_loaded() -> None:
     picks = [r._pick(set()).id for _ in range(6)]
     assert sorted(picks) == ["a", "a", "a", "b", "b", "b"]
     assert picks[0] != picks[1]  # alternates rather than sticking to one
+
+
+def test_batch_lines_are_load_only_for_batch_lines() -> None:
+    """An engine gives a batch line's slot to an interactive request that needs it: interactive
+    requests spread by the interactive load (then the total), batch lines by the total."""
+    r = router(FakeActor("a"), FakeActor("b"))
+    a, b = r.replicas
+    a.inflight, a.background = 3, 2  # 1 interactive + 2 batch lines
+    b.inflight, b.background = 2, 0  # 2 interactive
+    assert {r._pick(set()).id for _ in range(4)} == {"a"}
+    assert {r._pick(set(), background=True).id for _ in range(4)} == {"b"}
+    b.inflight = 1  # 1 interactive on each: the one with fewer batch lines to preempt
+    assert {r._pick(set()).id for _ in range(4)} == {"b"}
 
 
 def test_pick_skips_replicas_already_tried() -> None:
@@ -123,14 +137,15 @@ async def test_generate_stops_at_the_finishing_delta_without_draining_the_stream
     assert a.streams[0].pulled == 1
 
 
-async def test_inflight_counts_while_streaming() -> None:
+@pytest.mark.parametrize("background", [False, True])
+async def test_inflight_counts_while_streaming(background: bool) -> None:
     a = FakeActor("a", [deltas("x", finish=False), deltas("y")])
     r = router(a)
-    it = r.generate(REQUEST)
+    it = r.generate(dataclasses.replace(REQUEST, background=background))
     await anext(it)
-    assert r.replicas[0].inflight == 1
+    assert (r.replicas[0].inflight, r.replicas[0].background) == (1, int(background))
     assert [d.text async for d in it] == ["y"]
-    assert r.replicas[0].inflight == 0
+    assert (r.replicas[0].inflight, r.replicas[0].background) == (0, 0)
 
 
 @pytest.mark.parametrize(
