@@ -9,11 +9,11 @@ replica has served, such as a shared system prompt: each holds it, so least-load
 
 Batch lines (`GenerateRequest.background`) are load an interactive request does not see: an
 engine hands a batch line's slot to an interactive sequence that needs it, so an interactive
-request is placed by the interactive requests in flight (then by all), and a batch line by all.
-Counted together, a replica holding more batch lines drew fewer interactive requests, so the
-interactive ones crowded onto the other replica, arrived there together and were prefilled in
-one long decode: half the interactive requests of issue 48's bench row, and its time to first
-token 1.4-1.5x the same loop's without a batch (measured; 3-5 % alone).
+request is placed by the interactive requests in flight (then by all, to preempt fewer lines),
+and a batch line by all. Counted together, a replica that happened to hold more batch lines
+drew fewer interactive requests, and the interactive loop of issue 48's bench row (4 clients, 2
+replicas) ran 3 + 1 instead of 2 + 2 for stretches (13 of 122 requests in one run), each one
+there decoding beside two others.
 
 An autoscaled model may have no replica at all (scaled to zero, or its last one draining): a
 request then waits for one to become ready (bounded by the caller's first-token deadline), and
