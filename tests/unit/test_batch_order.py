@@ -117,3 +117,25 @@ def test_batch_prompts_go_in_chunks_while_interactive_requests_run() -> None:
     del running[2]  # the interactive request ended: the lines take the room again
     fill(batch, running, cached, n_batch=64)
     assert (first.fed, second.fed) == (40, 40)
+
+
+def test_batch_lines_sit_out_while_they_yield_to_a_returning_request() -> None:
+    """Right after an interactive sequence ends (`INTERACTIVE_RETURN_S`), no batch line rides in a
+    decode, neither a next token nor a prompt chunk, so its client's next request waits for a
+    short decode; each line keeps its token and its place in its prompt."""
+    batch = _internals.LlamaBatch(n_tokens=64, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[4], [], [5]]
+    decoding = sequence([4], fed=1, next_token=40)
+    decoding.rank = (True, 0)
+    prompt = sequence([2] * 8, fed=0, next_token=None)
+    prompt.rank = (True, 0)
+    interactive = sequence([5], fed=1, next_token=50)
+    running = {0: decoding, 1: prompt, 2: interactive}
+    outputs, _ = fill(batch, running, cached, n_batch=64, batch_yields=True)
+    assert [batch.batch.seq_id[i][0] for i in range(batch.batch.n_tokens)] == [2]
+    assert outputs == [(2, 0)] and decoding.next_token == 40 and prompt.fed == 0
+    del running[2]  # only batch lines: the decode is empty while they yield
+    fill(batch, running, cached, n_batch=64, batch_yields=True)
+    assert batch.batch.n_tokens == 0
+    fill(batch, running, cached, n_batch=64)
+    assert [batch.batch.seq_id[i][0] for i in range(batch.batch.n_tokens)] == [0] + [1] * 8

@@ -66,7 +66,7 @@ import numpy as np
 
 from raygate.backends.engines.base import loaded
 from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
-from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, fill
+from raygate.backends.engines.llama_cpp.decode_batch import INTERACTIVE_RETURN_S, RunningSequence, fill
 from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
 from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
@@ -100,6 +100,9 @@ MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
 # looking again. Only then: a step with any work never sleeps.
 PAUSED_POLL_SECONDS = 0.01
+# While only batch lines run and they yield (`INTERACTIVE_RETURN_S`): looking for the returning
+# request more often than that, since it is what the wait is for.
+YIELD_POLL_SECONDS = 0.002
 
 
 class BatchedLlamaCppEngine(LlamaModelEngine):
@@ -143,6 +146,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._pending: list[RunningSequence] = []
         self._reevaluated = prefix_reuse.REEVALUATED
         self._kept = KeptLogits(self._n_seq)
+        self._interactive_ended = -INTERACTIVE_RETURN_S  # time.monotonic() of the latest end
 
     async def start(self) -> None:
         import llama_cpp
@@ -245,9 +249,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             for slot, seq in running.items():
                 groups.setdefault(seq.lora, {})[slot] = seq
             decoded = False
+            yields = time.monotonic() - self._interactive_ended < INTERACTIVE_RETURN_S
             for key, group in groups.items():
                 try:
-                    outputs, scored = fill(batch, group, cached, self._n_batch)
+                    outputs, scored = fill(batch, group, cached, self._n_batch, batch_yields=yields)
                     if not batch.batch.n_tokens:  # every sequence of the group waits for its reader
                         continue
                     self._lora.apply(self._ctx.ctx, key)
@@ -266,8 +271,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 for slot, row in outputs:
                     if slot in running and self._step(running[slot], row):
                         del running[slot]
-            if running and not decoded:
-                time.sleep(PAUSED_POLL_SECONDS)
+            if running and not decoded:  # paused readers, or only batch lines while they yield
+                time.sleep(YIELD_POLL_SECONDS if yields else PAUSED_POLL_SECONDS)
 
     def _step(self, seq: RunningSequence, row: int, kept: np.ndarray | None = None) -> bool:
         """Sample this sequence's next token from its own row of the batch's logits (or from
@@ -583,6 +588,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _end(self, seq: RunningSequence, error: BaseException | None = None) -> None:
         """The scheduler is done with `seq`: free its sampler and its adapters, end (or fail) its
         stream."""
+        if not seq.rank[0]:
+            self._interactive_ended = time.monotonic()
         if seq.holds_lora:
             seq.holds_lora = False
             self._lora.release(self._ctx.ctx, seq.lora)

@@ -26,6 +26,13 @@ from raygate.protocol.generation import Delta, TokenLogprob
 # the weights is paid by the interactive tokens anyway), at the cost of its own first token coming
 # a few decodes later. 16: issue 48's bench row (`python -m bench --only batches`).
 BATCH_PROMPT_CHUNK = 16
+# For this long after an interactive sequence ends, decodes carry no batch line: its client's next
+# request (a chat turn, an agent's next step, a closed loop) is likely on its way, and arrives
+# while a decode runs. A decode of the interactive tokens alone is over sooner, so it waits
+# less: in issue 48's bench row it waited a whole decode of 2 interactive and 2 batch tokens,
+# 40 ms at the median against 10 ms with no batch running, which was all of its time to first
+# token's rise (measured per request in the engine). Covers a client on the same host or LAN.
+INTERACTIVE_RETURN_S = 0.025
 
 
 @dataclass(eq=False)
@@ -76,7 +83,12 @@ class RunningSequence:
 
 
 def fill(
-    batch: Any, running: dict[int, RunningSequence], cached: list[list[int]], n_batch: int
+    batch: Any,
+    running: dict[int, RunningSequence],
+    cached: list[list[int]],
+    n_batch: int,
+    *,
+    batch_yields: bool = False,
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
     """One decode's tokens: the next token of every running sequence whose reader keeps up
     (a paused one keeps its token for later), and prompt chunks in the room left.
@@ -90,7 +102,8 @@ def fill(
     by class (`_prompt_takes`): a batch line's prompt waits while an interactive one is fed, and so
     does a batch line's next token: the decodes that prefill an interactive prompt carry no batch
     line, so its time to first token is the one it has with no batch running. While interactive
-    requests run, batch prompts go in chunks of `BATCH_PROMPT_CHUNK` tokens.
+    requests run, batch prompts go in chunks of `BATCH_PROMPT_CHUNK` tokens. `batch_yields`: no
+    batch line rides in this decode at all (`INTERACTIVE_RETURN_S`).
     Returns (slot, batch index) of each token whose logits are sampled, and
     (slot, first batch index, first prompt position, count) of each prompt chunk whose
     tokens are scored (prompt logprobs)."""
@@ -112,11 +125,12 @@ def fill(
 
     order = sorted(running)
     stepping = {slot for slot in order if decodes(running[slot])}
-    if _interactive_prefill(running, stepping):
+    if batch_yields or _interactive_prefill(running, stepping):
         # Batch lines sit this decode out (keeping their sampled tokens): it carries an interactive
         # prompt, whose first token then costs what it costs with no batch running.
         stepping = {slot for slot in stepping if not running[slot].rank[0]}
-    takes = _prompt_takes(running, stepping, n_batch - len(stepping))  # room after every next token
+    # The room after every next token.
+    takes = _prompt_takes(running, stepping, n_batch - len(stepping), batch_yields)
     for slot in order:
         seq = running[slot]
         if slot in stepping:
@@ -148,12 +162,19 @@ def _interactive_prefill(running: dict[int, RunningSequence], stepping: set[int]
     )
 
 
-def _prompt_takes(running: dict[int, RunningSequence], stepping: set[int], room: int) -> dict[int, int]:
+def _prompt_takes(
+    running: dict[int, RunningSequence], stepping: set[int], room: int, batch_yields: bool
+) -> dict[int, int]:
     """Prompt tokens each sequence feeds in this decode: the room goes in (class, `priority`,
     arrival) order, and while an interactive prompt is being fed no batch line's prompt is (its
-    chunk would lengthen the decode that produces the interactive request's first token)."""
+    chunk would lengthen the decode that produces the interactive request's first token), nor
+    while `batch_yields`."""
     feeding = sorted(
-        (slot for slot, seq in running.items() if slot not in stepping and seq.fed < len(seq.prompt)),
+        (
+            slot
+            for slot, seq in running.items()
+            if slot not in stepping and seq.fed < len(seq.prompt) and not (batch_yields and seq.rank[0])
+        ),
         key=lambda slot: (running[slot].queue_key(), slot),
     )
     interactive = any(not running[slot].rank[0] for slot in feeding)
