@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from bench.metrics import RequestResult
 
 REQUEST_TIMEOUT_S = 120.0
 UNIQUE_MARK = "{n}"
+SEED = 48  # of `Workload.max_tokens_between`'s draws
 _NUMBERS = itertools.count(1)  # unique prompts' numbers: never repeated within one process
 
 
@@ -47,31 +49,38 @@ class Workload:
     body: dict[str, Any]
     expected_tokens: int | None = None
     unique: bool = False
+    # Each request's `max_tokens` drawn from this range (inclusive, a fixed seed), as real
+    # requests' lengths differ: a closed loop of equal-length requests keeps the phase it falls
+    # into, such as two clients whose requests start in the same decode for ever after.
+    max_tokens_between: tuple[int, int] | None = None
 
     def payloads(self) -> Callable[[], bytes]:
         """The next request body, encoded."""
-        if not self.unique:
-            payload = json.dumps(self.body).encode()
+        if not self.unique and self.max_tokens_between is None:
+            payload = json.dumps(self.body).encode()  # once: the gateway-alone rows time the client too
             return lambda: payload
+        bodies = self._bodies()
+        if self.max_tokens_between is None:
+            return lambda: json.dumps(bodies()).encode()
+        low, high = self.max_tokens_between
+        draw = random.Random(SEED)
+        return lambda: json.dumps({**bodies(), "max_tokens": draw.randint(low, high)}).encode()
+
+    def _bodies(self) -> Callable[[], dict[str, Any]]:
+        if not self.unique:
+            return lambda: self.body
         if "prompt" not in self.body:  # chat: the last message's text carries the number
             *earlier, last = self.body["messages"]
             text = str(last["content"])
             text = text if UNIQUE_MARK in text else f"{UNIQUE_MARK}. {text}"
-            return lambda: json.dumps(
-                {
-                    **self.body,
-                    "messages": [
-                        *earlier,
-                        {**last, "content": text.replace(UNIQUE_MARK, str(next(_NUMBERS)))},
-                    ],
-                }
-            ).encode()
+            return lambda: {
+                **self.body,
+                "messages": [*earlier, {**last, "content": text.replace(UNIQUE_MARK, str(next(_NUMBERS)))}],
+            }
         prompt = str(self.body["prompt"])
         if UNIQUE_MARK not in prompt:  # the number leads: nothing of the prompt is shared
             prompt = f"{UNIQUE_MARK}. {prompt}"
-        return lambda: json.dumps(
-            {**self.body, "prompt": prompt.replace(UNIQUE_MARK, str(next(_NUMBERS)))}
-        ).encode()
+        return lambda: {**self.body, "prompt": prompt.replace(UNIQUE_MARK, str(next(_NUMBERS)))}
 
 
 class HttpError(Exception):

@@ -32,3 +32,13 @@ def test_a_shared_opening_then_a_new_question() -> None:
 def test_a_repeated_prompt_is_the_same_every_time() -> None:
     a, b = _prompts("llama-shared")
     assert a == b == plan.SHARED_OPENING + "\n\n" + plan.LLAMA_PROMPT
+
+
+def test_lengths_drawn_from_a_range_the_same_on_every_run() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 32}
+    runs = [
+        Workload("/chat/completions", body, unique=True, max_tokens_between=(16, 48)).payloads() for _ in "ab"
+    ]
+    drawn = [[json.loads(make())["max_tokens"] for _ in range(200)] for make in runs]
+    assert drawn[0] == drawn[1] and all(16 <= n <= 48 for n in drawn[0])
+    assert len(set(drawn[0])) > 20 and 28 <= sum(drawn[0]) / 200 <= 36
