@@ -127,7 +127,8 @@ def fill(
     stepping = {slot for slot in order if decodes(running[slot])}
     if batch_yields or _interactive_prefill(running, stepping):
         # Batch lines sit this decode out (keeping their sampled tokens): it carries an interactive
-        # prompt, whose first token then costs what it costs with no batch running.
+        # prompt, whose first token then costs what it costs with no batch running, or it may be
+        # the one a returning interactive request waits for.
         stepping = {slot for slot in stepping if not running[slot].rank[0]}
     # The room after every next token.
     takes = _prompt_takes(running, stepping, n_batch - len(stepping), batch_yields)
