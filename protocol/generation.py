@@ -275,6 +275,10 @@ class Delta:
     # None for a model without a `reasoning:` block.
     reasoning: str = ""
     reasoning_tokens: int | None = None
+    # When the sequence entered the engine's queue and when it left it for a slot (Unix seconds,
+    # the replica's clock), once it has one (None: the engine does not say). Traces split the
+    # engine's queue from the prefill with it (backends/cluster/routing/replica_trace.py).
+    queued: tuple[float, float] | None = None
 
 
 @dataclass(slots=True)

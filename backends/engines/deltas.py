@@ -26,6 +26,8 @@ class DeltaBuilder:
         self.prompt_logprobs: list[TokenLogprob] | None = None
         # Prompt tokens the engine reused from its prefix cache, once it knows.
         self.cached_tokens: int | None = None
+        # When it entered the engine's queue and left it for a slot (`Delta.queued`).
+        self.queued: tuple[float, float] | None = None
 
     def delta(
         self,
@@ -79,6 +81,7 @@ class DeltaBuilder:
             cached_tokens=self.cached_tokens,
             reasoning=reasoning,
             reasoning_tokens=self.reasoning_tokens if self.splitter is not None else None,
+            queued=self.queued,
         )
         self.logprobs, self.prompt_logprobs = [], None
         return delta

@@ -12,6 +12,7 @@ from raygate.protocol.admin import DeploymentStatus, LoadLoraAdapterRequest, Unl
 from raygate.protocol.config import AdapterConfig, ModelSource
 from raygate.protocol.errors import BadRequestError
 from raygate.server.access.admin_auth import require_admin_key
+from raygate.server.context import request_context
 
 router = APIRouter(tags=["lora"], dependencies=[Depends(require_admin_key)])
 
@@ -22,6 +23,7 @@ def _cluster(request: Request) -> ControllerClient:
 
 
 async def _load(request: Request, body: LoadLoraAdapterRequest) -> DeploymentStatus:
+    request_context(request).audit_target = body.lora_name
     try:
         adapter = AdapterConfig(name=body.lora_name, source=_source(body.lora_path), scale=body.scale)
     except ValueError as exc:  # pydantic's ValidationError: a name a model id cannot be
@@ -42,6 +44,7 @@ def _source(lora_path: str) -> ModelSource:
 
 
 async def _unload(request: Request, name: str) -> DeploymentStatus:
+    request_context(request).audit_target = name
     status: DeploymentStatus = await _cluster(request).admin("unload_adapter", name)
     return status
 

@@ -5,7 +5,8 @@ while draining (503), check its API key on `/v1/*` (401 / 429), refuse a body ov
 (413: at once from `Content-Length`, or as soon as a chunked body grows past it). After: add
 `X-Request-Id` to the response, count it by endpoint and status, write the access log line, and
 release what the request held (its admission slot), and append an admin action (anything but a
-read under `/admin`, and Xinference's registry changes) to the audit log. A keyed request whose
+read under `/admin`, Xinference's registry changes, LoRA loads) or a batch cancel (under the key's
+id) to the audit log. A keyed request whose
 key has a budget is checked against it before the route (server/access/budgets.py: 429). With
 tracing on, the request's span starts here (continuing a client's `traceparent`, whose successor
 goes back in the response headers) and ends after the last byte (server/observability/tracing.py).
@@ -62,7 +63,14 @@ ACTIONS = {
     ("DELETE", "/v1/models/{model_uid}"): "terminate",
     ("POST", "/v1/model_registrations/{model_type}"): "register",
     ("DELETE", "/v1/model_registrations/{model_type}/{model_name}"): "unregister",
+    ("POST", "/v1/load_lora_adapter"): "adapter.load",
+    ("POST", "/v1/unload_lora_adapter"): "adapter.unload",
+    ("POST", "/admin/adapters"): "adapter.load",
+    ("DELETE", "/admin/adapters/{name}"): "adapter.unload",
+    ("POST", "/v1/batches/{batch_id}/cancel"): "batch.cancel",
 }
+# Actions any API key may take on what it owns, audited under the key's id rather than `admin`.
+KEY_ACTIONS = frozenset({("POST", "/v1/batches/{batch_id}/cancel")})
 
 # Ollama's API (server/routes/ollama.py) is keyed like `/v1/*`, but for the version its clients probe.
 OLLAMA_PREFIX = "/api/"
@@ -228,15 +236,22 @@ class GatewayMiddleware:
         method, path = scope["method"], scope["path"]
         if self.audit is None or method in READS:
             return
-        if not (path.startswith("/admin/") or is_admin_path(method, path)):
-            return
         route = getattr(scope.get("route"), "path", None) or path
+        by_key = (method, route) in KEY_ACTIONS
+        if not (by_key or path.startswith("/admin/") or is_admin_path(method, path)):
+            return
         params = scope.get("path_params") or {}
         target = ctx.audit_target or "/".join(str(v) for v in params.values()) or path
+        if status == 401:
+            actor = "unauthenticated"
+        elif by_key:
+            actor = ctx.key.id if ctx.key is not None else "anonymous"
+        else:
+            actor = self.admin_actor
         self.audit.audit(
             {
                 "at": time.time(),
-                "actor": "unauthenticated" if status == 401 else self.admin_actor,
+                "actor": actor,
                 "action": ACTIONS.get((method, route), f"{method} {route}")[:64],
                 "target": target[:512],
                 "status": status,

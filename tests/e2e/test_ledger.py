@@ -13,6 +13,7 @@ gateway and of the ledger actor.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import subprocess
@@ -535,6 +536,27 @@ def test_admin_actions_are_audited(pair: Pair) -> None:
         timeout=30,
     )
     assert wrong.status_code == 401
+    # An adapter load (refused: no such file) and a batch cancel by a database key, in its name.
+    loaded = admin(
+        pair.first,
+        "POST",
+        "/v1/load_lora_adapter",
+        json={"lora_name": "audited-lora", "lora_path": "/no/such.gguf"},
+    )
+    assert loaded.status_code == 400, loaded.text
+    owner = create_key(pair.first, name="batch-owner")
+    client = openai.OpenAI(base_url=f"{pair.second.url}/v1", api_key=owner["key"], max_retries=0)
+    body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+    lines = [
+        {"custom_id": str(i), "method": "POST", "url": "/v1/chat/completions", "body": body}
+        for i in range(20)
+    ]
+    jsonl = "".join(json.dumps(line) + "\n" for line in lines).encode()  # too many to end before the cancel
+    uploaded = client.files.create(file=("lines.jsonl", jsonl), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    client.batches.cancel(batch.id)
 
     def entries() -> list[dict[str, Any]]:
         r = admin(pair.first, "GET", "/admin/audit", params={"limit": 1000})
@@ -550,11 +572,15 @@ def test_admin_actions_are_audited(pair: Pair) -> None:
             ("key.revoke", made["id"], "ok"),
             ("scale", CHAT_MODEL, "ok"),
             ("key.create", "/admin/keys", "refused"),
+            ("adapter.load", "audited-lora", "failed"),
+            ("batch.cancel", batch.id, "ok"),
         }
         return log if wanted <= actions else None
 
     log = eventually(seen, "the audit entries")  # the scale was audited by the other gateway
-    assert {e["actor"] for e in log if e["outcome"] == "ok"} == {"admin"}
+    cancels = [e for e in log if e["action"] == "batch.cancel" and e["target"] == batch.id]
+    assert [e["actor"] for e in cancels] == [owner["id"]]  # who: the key's id, never its secret
+    assert {e["actor"] for e in log if e["outcome"] == "ok" and e["action"] != "batch.cancel"} == {"admin"}
     assert any(e["actor"] == "unauthenticated" and e["status"] == 401 for e in log)
     assert [e["id"] for e in log] == sorted((e["id"] for e in log), reverse=True)  # newest first
 

@@ -5,7 +5,7 @@ from its own process; the tests read the spans back from Phoenix's REST API and 
 the client's `traceparent` continued and a successor returned, the request's span with route,
 model, key name (never the key), status and usage equal to the response's, `admission` and
 `replica.call` under it, and across the Ray hop the replica's `replica.generate` with the
-engine's `engine.prefill` and `engine.decode` (one `tokens` event per batch); a call answered
+engine's `engine.queue`, `engine.prefill` and `engine.decode` (one `tokens` event per batch); a call answered
 whole (embeddings, and rerank and score through the same path) gets `replica.embed` and
 `engine.embed` there.
 """
@@ -152,6 +152,7 @@ def test_a_streamed_request_continues_the_callers_trace_across_the_ray_hop(
         "admission",
         "replica.call",
         "replica.generate",
+        "engine.queue",
         "engine.prefill",
         "engine.decode",
     }
@@ -171,8 +172,12 @@ def test_a_streamed_request_continues_the_callers_trace_across_the_ray_hop(
     assert parent(spans, "admission") == f"POST {ROUTE}"
     assert parent(spans, "replica.call") == f"POST {ROUTE}"
     assert parent(spans, "replica.generate") == "replica.call"
+    assert parent(spans, "engine.queue") == "replica.generate"
     assert parent(spans, "engine.prefill") == "replica.generate"
     assert parent(spans, "engine.decode") == "replica.generate"
+    queue, prefill = spans["engine.queue"], spans["engine.prefill"]
+    assert spans["replica.generate"]["start_time"] <= queue["start_time"] <= queue["end_time"]
+    assert queue["end_time"] == prefill["start_time"]  # the slot: the queue ends, the prompt starts
     replica = spans["replica.generate"]
     assert attr(replica, "gen_ai.usage.output_tokens") == usage.completion_tokens
     assert attr(replica, "raygate.outcome") == "finished"

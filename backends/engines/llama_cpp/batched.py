@@ -479,6 +479,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         seq.slot, seq.fed = slot, keep
         if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
             seq.out.builder.cached_tokens = keep
+            seq.out.builder.queued = (seq.arrived, time.time())
             if seq.prompt_top is None:
                 self._stats.count_prompt_cache(keep)
         running[slot] = seq

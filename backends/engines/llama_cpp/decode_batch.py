@@ -9,6 +9,7 @@ without a model.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,8 @@ class RunningSequence:
     # Preempted once (its slot went to a sequence of a better class): its `prompt` is then every
     # token its cells held, fed again (or restored from the host store) before it decodes on.
     resumed: bool = False
+    # When it was handed to the scheduler (time.time): its first placement reports the wait.
+    arrived: float = field(default_factory=time.time)
 
     def queue_key(self) -> tuple[tuple[bool, int], int]:
         return (self.rank, self.order)

@@ -16,6 +16,7 @@ with the batched engine; what each sampled token goes through is `sequence.Seque
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -132,7 +133,10 @@ class LlamaCppEngine(LlamaModelEngine):
         with self._running(request.request_id) as run:
             async with Pump[Delta](MAX_QUEUED_DELTAS) as pump:
                 feed = pump.thread_feed(run.cancel)
-                future = loop.run_in_executor(self._executor, self._decode, model, request, job, feed)
+                arrived = time.time()
+                future = loop.run_in_executor(
+                    self._executor, self._decode, model, request, job, feed, arrived
+                )
                 async for delta in pump:
                     # Out with its last delta: a consumer that closes on reading it left nothing.
                     run.ended = delta.finish_reason is not None
@@ -141,14 +145,19 @@ class LlamaCppEngine(LlamaModelEngine):
             await future
 
     def _decode(
-        self, model: LlamaModel, request: GenerateRequest, job: Prepared, feed: ThreadFeed[Delta]
+        self,
+        model: LlamaModel,
+        request: GenerateRequest,
+        job: Prepared,
+        feed: ThreadFeed[Delta],
+        arrived: float,
     ) -> None:
         """Runs on the engine thread: the whole decode loop for one sequence. Every failure
         reaches the request's stream, none stays in the thread."""
         error: BaseException | None = None
         try:
             if not feed.cancel.is_set():
-                self._decode_tokens(model, request, job, feed)
+                self._decode_tokens(model, request, job, feed, arrived)
         except BaseException as exc:
             error = decode_error(exc)
         finally:
@@ -156,10 +165,18 @@ class LlamaCppEngine(LlamaModelEngine):
             feed.close(error)
 
     def _decode_tokens(
-        self, model: LlamaModel, request: GenerateRequest, job: Prepared, feed: ThreadFeed[Delta]
+        self,
+        model: LlamaModel,
+        request: GenerateRequest,
+        job: Prepared,
+        feed: ThreadFeed[Delta],
+        arrived: float,
     ) -> None:
+        """`arrived`: when the request reached the engine (time.time); the wait for this one
+        engine thread until now is its queue time."""
         llm = model.llm
         seq = SequenceOutput(llm, request, job, feed.put, self._stats)
+        seq.builder.queued = (arrived, time.time())
         key = self._lora.key(request.lora)
         # One sequence at a time: nothing else holds an adapter, so there is always room.
         if not self._lora.acquire(llm._model.model, llm._ctx.ctx, key):
