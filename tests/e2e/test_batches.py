@@ -10,6 +10,7 @@ import io
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -138,6 +139,9 @@ def test_batch_lines_never_take_the_queue_from_interactive_requests(ops_gateway:
         assert done.request_counts is not None and done.request_counts.failed == 0
 
 
+LONG_LINE_TOKENS = 256
+
+
 def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway: GatewayProcess) -> None:
     """models/default.yaml's chat model as `make serve` runs it: one replica decoding 8 sequences
     at once, no `limits`. With no interactive traffic every slot is spare, and a batch of 8 long
@@ -146,7 +150,9 @@ def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway:
     and the preempted lines resume where they stopped, so every line still completes in full."""
     model = CHAT_MODEL
     with sdk(gateway.url, "unused") as client:
-        body = {"model": model, "max_tokens": 32, "ignore_eos": True}
+        # Long enough that no line can end (and free its slot) before the interactive requests
+        # arrive, on any machine: a line of 32 tokens could, and then nothing was preempted.
+        body = {"model": model, "max_tokens": LONG_LINE_TOKENS, "ignore_eos": True}
         lines = [
             line(
                 f"long-{i}",
@@ -162,18 +168,32 @@ def test_interactive_requests_go_ahead_of_a_batch_that_fills_every_slot(gateway:
             timeout=120,
             what="the batch on every slot",
         )
-        for i in range(2):
+        # "Running" counts lines handed to the replica; the last may still be on its way to a slot,
+        # and an interactive request that arrives first takes that free slot without preempting.
+        # Once the lines hold every slot (for the many seconds they run), the next one preempts.
+        deadline, sent = time.monotonic() + 90, 0
+        while True:
             reply = client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": f"Say hi {i}."}], max_tokens=4
+                model=model, messages=[{"role": "user", "content": f"Say hi {sent}."}], max_tokens=4
             )
             assert reply.choices[0].finish_reason in ("stop", "length")
-        assert (metric(scrape(gateway.url), "raygate:preemptions_total", model_name=model) or 0) > before
+            sent += 1
+            # A scrape leaves out a replica that does not answer within 2 s: read a few times.
+            preempted = any(
+                (metric(scrape(gateway.url), "raygate:preemptions_total", model_name=model) or 0) > before
+                for _ in range(3)
+            )
+            if preempted:
+                break
+            assert time.monotonic() < deadline, f"no batch line was preempted for {sent} interactive requests"
         done = wait_final(client, batch.id)
         assert done.status == "completed" and done.request_counts is not None
         assert (done.request_counts.completed, done.request_counts.failed) == (8, 0)
         answers = results(client, done.output_file_id)
         assert len(answers) == 8
-        assert all(a["response"]["body"]["usage"]["completion_tokens"] == 32 for a in answers.values())
+        assert all(
+            a["response"]["body"]["usage"]["completion_tokens"] == LONG_LINE_TOKENS for a in answers.values()
+        )
 
 
 def test_a_line_whose_replica_is_killed_runs_once_more(ops_gateway: GatewayProcess) -> None:
