@@ -545,7 +545,7 @@ def test_admin_actions_are_audited(pair: Pair) -> None:
     )
     assert loaded.status_code == 400, loaded.text
     owner = create_key(pair.first, name="batch-owner")
-    client = openai.OpenAI(base_url=f"{pair.second.url}/v1", api_key=owner["key"], max_retries=0)
+    client = openai.OpenAI(base_url=f"{pair.first.url}/v1", api_key=owner["key"], max_retries=0)  # its maker
     body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
     lines = [
         {"custom_id": str(i), "method": "POST", "url": "/v1/chat/completions", "body": body}
