@@ -148,7 +148,9 @@ def run_rounds(
                 for workload in workloads:
                     for c in concurrency:
                         log.info("vllm row, round %d: %s c=%d on %s", round_, workload, c, target)
-                        args = vllm_bench.bench_args(server.url, model.name, tokenizer, workload, c, prompts)
+                        seed = vllm_bench.cell_seed(round_, workload, c)
+                        url, name = server.url, model.name
+                        args = vllm_bench.bench_args(url, name, tokenizer, workload, c, prompts, seed)
                         result = vllm_bench.run_one(args)
                         cell = {"round": round_, "workload": workload, "concurrency": c, "target": target}
                         runs.append({**cell, **result})
