@@ -6,8 +6,8 @@ while draining (503), check its API key on `/v1/*` (401 / 429), refuse a body ov
 `X-Request-Id` to the response, count it by endpoint and status, write the access log line, and
 release what the request held (its admission slot), and append an admin action (anything but a
 read under `/admin`, Xinference's registry changes, LoRA loads) or a batch cancel (under the key's
-id) to the audit log. A keyed request whose
-key has a budget is checked against it before the route (server/access/budgets.py: 429). With
+id) to the audit log. A keyed request whose key has a budget is checked against it before the
+route (server/access/budgets.py: 429). With
 tracing on, the request's span starts here (continuing a client's `traceparent`, whose successor
 goes back in the response headers) and ends after the last byte (server/observability/tracing.py).
 "After" means after the last byte of a streamed response: the middleware wraps the whole ASGI call.
