@@ -139,3 +139,27 @@ def test_batch_lines_sit_out_while_they_yield_to_a_returning_request() -> None:
     assert batch.batch.n_tokens == 0
     fill(batch, running, cached, n_batch=64)
     assert [batch.batch.seq_id[i][0] for i in range(batch.batch.n_tokens)] == [0] + [1] * 8
+
+
+def test_interactive_prompts_arriving_together_share_the_room_and_finish_together() -> None:
+    """Fed first come first served, the first prompt would draw its first token and then wait
+    through the others' chunks; shared evenly, prompts of one class are all in by the same decode
+    (a shorter one gives what it does not need to the longer ones)."""
+    batch = _internals.LlamaBatch(n_tokens=12, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[], [], []]
+    running = {0: sequence([1] * 8, 0, None), 1: sequence([2] * 8, 0, None), 2: sequence([3] * 2, 0, None)}
+    outputs, _ = fill(batch, running, cached, n_batch=12)
+    assert [running[s].fed for s in range(3)] == [5, 5, 2] and outputs == [(2, 11)]
+    outputs, _ = fill(batch, running, cached, n_batch=12)
+    assert [running[s].fed for s in range(3)] == [8, 8, 2]
+    assert sorted(slot for slot, _ in outputs) == [0, 1]
+
+
+def test_a_better_class_is_fed_before_the_room_is_shared_with_a_worse_one() -> None:
+    batch = _internals.LlamaBatch(n_tokens=6, embd=0, n_seq_max=1, verbose=False)
+    cached: list[list[int]] = [[], [], []]
+    urgent = sequence([1] * 4, 0, None)
+    urgent.rank = (False, -1)
+    running = {0: sequence([2] * 6, 0, None), 1: sequence([3] * 6, 0, None), 2: urgent}
+    fill(batch, running, cached, n_batch=6)
+    assert (urgent.fed, running[0].fed, running[1].fed) == (4, 1, 1)

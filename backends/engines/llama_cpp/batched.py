@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import ctypes
 import itertools
 import queue
@@ -100,6 +101,18 @@ MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
 # looking again. Only then: a step with any work never sleeps.
 PAUSED_POLL_SECONDS = 0.01
+# An idle engine's first decode waits for the prompts arriving with the first one (`_gather`), so
+# that they are fed together (`decode_batch._shared`) and their streams start, and end, in step.
+# Requests sent at once reach the scheduler over a few ms each (the gateway and the replica parse,
+# route and tokenize them in turn; measured 0-8 ms apart for the first three of eight at c=8, the
+# rest 100-140 ms later, once the first prompt's decode took both cores), so it waits while they
+# keep coming, each gap at most ARRIVAL_QUIET_S, all of them at most ARRIVAL_WINDOW_S.
+ARRIVAL_QUIET_S = 0.010
+ARRIVAL_WINDOW_S = 0.060
+# Unless the engine just went idle: then as many requests as ended in its last RETURNING_S are
+# likely its clients' next ones (a closed loop, an agent's next step), and it waits for that many
+# (at most ARRIVAL_WINDOW_S), no quiet gap after: one stream's next request starts at once.
+RETURNING_S = 0.25
 # While only batch lines run and they yield (`INTERACTIVE_RETURN_S`): looking for the returning
 # request more often than that, since it is what the wait is for.
 YIELD_POLL_SECONDS = 0.002
@@ -147,6 +160,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._reevaluated = prefix_reuse.REEVALUATED
         self._kept = KeptLogits(self._n_seq)
         self._interactive_ended = -INTERACTIVE_RETURN_S  # time.monotonic() of the latest end
+        self._ends: collections.deque[float] = collections.deque(maxlen=self._n_seq)  # (monotonic)
 
     async def start(self) -> None:
         import llama_cpp
@@ -407,7 +421,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]
     ) -> None:
         """Move the sequences handed over since the last step into `_pending`; block for one only
-        when nothing runs or waits."""
+        when nothing runs or waits, and then gather those arriving with it (`_gather`)."""
         while True:
             try:
                 idle = not running and not self._pending
@@ -417,8 +431,36 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if seq is None:
                 self._run_commands()
                 continue
-            seq.order = next(self._arrivals)
-            bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+            self._queue(seq)
+            if idle:
+                self._gather()
+
+    def _queue(self, seq: RunningSequence) -> None:
+        seq.order = next(self._arrivals)
+        bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+
+    def _gather(self) -> None:
+        """Wait for the requests arriving together with the one that woke an idle engine
+        (`ARRIVAL_QUIET_S`, `RETURNING_S`): fed in the same decodes, they start in step."""
+        start = last = time.monotonic()
+        expected = sum(1 for t in self._ends if start - t <= RETURNING_S)
+        while True:
+            now = time.monotonic()
+            if expected:
+                deadline = start + ARRIVAL_WINDOW_S if len(self._pending) < expected else now
+            else:
+                deadline = min(start + ARRIVAL_WINDOW_S, last + ARRIVAL_QUIET_S)
+            if now >= deadline:
+                return
+            try:
+                seq = self._incoming.get(timeout=deadline - now)
+            except queue.Empty:
+                return
+            if seq is None:
+                self._run_commands()
+                continue
+            self._queue(seq)
+            last = time.monotonic()
 
     @staticmethod
     def _victim(running: dict[int, RunningSequence], seq: RunningSequence) -> int | None:
@@ -589,8 +631,9 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _end(self, seq: RunningSequence, error: BaseException | None = None) -> None:
         """The scheduler is done with `seq`: free its sampler and its adapters, end (or fail) its
         stream."""
+        self._ends.append(time.monotonic())
         if not seq.rank[0]:
-            self._interactive_ended = time.monotonic()
+            self._interactive_ended = self._ends[-1]
         if seq.holds_lora:
             seq.holds_lora = False
             self._lora.release(self._ctx.ctx, seq.lora)
