@@ -358,3 +358,22 @@ async def test_requests_arriving_together_all_restore_one_stored_opening() -> No
     assert engine.stats().prompt_cache_restored_total - before == len(questions)
     for _, last in answers:
         assert last.cached_tokens is not None and last.cached_tokens > last.prompt_tokens // 2
+
+
+async def test_requests_arriving_together_with_a_new_opening_evaluate_it_once() -> None:
+    """Prompts that open alike and arrive together (one system prompt, many questions), with the
+    opening in no slot and no stored state: the first evaluates it, the others wait for it and
+    copy it into their own slots (`BatchedLlamaCppEngine._donor`), then every first token comes
+    out together. Greedy answers are the ones each prompt gets evaluated whole."""
+    import asyncio
+
+    engine, whole = await _engine(n_seq_max=4), await _engine(n_seq_max=4, prompt_cache=False)
+    opening = [ChatMessage("system", "You are a patient tutor who explains each step slowly. " * 10)]
+    questions = ("Name a planet.", "Name a metal.", "Name a bird.", "Name a tree.")
+    asked = [[*opening, ChatMessage("user", q)] for q in questions]
+    answers = await asyncio.gather(*(answer(engine, messages, 6) for messages in asked))
+    expected = [await answer(whole, messages, 6) for messages in asked]
+    assert [text for text, _ in answers] == [text for text, _ in expected]
+    copied = [last for _, last in answers if last.cached_tokens and last.cached_tokens > last.prompt_tokens // 2]
+    assert len(copied) == len(questions) - 1
+    assert engine.stats().prompt_cache_hits_total == len(questions) - 1

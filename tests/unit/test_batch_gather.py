@@ -31,3 +31,17 @@ def test_a_busy_engine_takes_only_what_has_arrived() -> None:
     engine._incoming.put(first := sequence([1] * 4, 0, None))
     engine._take_incoming(running, [[9], [], [], []], [1, 0, 0, 0])
     assert engine._pending == [first]
+
+
+def test_a_first_token_waits_for_the_prompts_fed_with_it_only_while_no_stream_runs() -> None:
+    hold = BatchedLlamaCppEngine._holds_first
+    done, feeding = sequence([1] * 4, 4, None), sequence([2] * 8, 3, None)
+    assert hold(done, {0: done, 1: feeding})  # its stream would wait through `feeding`'s prompt
+    streaming = sequence([3], 1, 30)
+    streaming.first = False
+    assert not hold(done, {0: done, 1: feeding, 2: streaming})  # streams run: nothing to keep in step
+    line = sequence([4] * 8, 0, None)
+    line.rank = (True, 0)
+    assert not hold(done, {0: done, 3: line})  # a batch line's prompt is nobody's wait
+    feeding.fed = 8
+    assert not hold(done, {0: done, 1: feeding})

@@ -257,6 +257,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             for slot, seq in list(running.items()):
                 if seq.images and not self._feed_images(slot, seq, cached):
                     del running[slot]
+            self._share_prefixes(running, cached)
+            self._release_first_tokens(running)
             if not running:
                 continue
             groups: dict[LoraKey, dict[int, RunningSequence]] = {}
@@ -283,10 +285,43 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                     if not self._score_prompt(running[slot], first_row, start, n):
                         del running[slot]
                 for slot, row in outputs:
-                    if slot in running and self._step(running[slot], row):
+                    if slot not in running:
+                        continue
+                    if self._holds_first(running[slot], running):
+                        n_vocab = loaded(self._model).llm.n_vocab()
+                        logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
+                        running[slot].first_logits = np.ctypeslib.as_array(logits, shape=(n_vocab,)).copy()
+                    elif self._step(running[slot], row):
                         del running[slot]
+            self._release_first_tokens(running)
             if running and not decoded:  # paused readers, or only batch lines while they yield
                 time.sleep(YIELD_POLL_SECONDS if yields else PAUSED_POLL_SECONDS)
+
+    @staticmethod
+    def _holds_first(seq: RunningSequence, running: dict[int, RunningSequence]) -> bool:
+        """Whether `seq`, its prompt just evaluated, waits to draw its first token: while no
+        interactive stream has started and other interactive prompts are still being fed, as
+        when requests sent together arrive over a decode or two, or one follows another's prefix.
+        Drawn at once, its stream would wait through each of their prompt decodes (a gap of a
+        second or more each, on 2 cores) and end that many tokens ahead of them, out of step for
+        good; held, every first token comes out together, as llama-server's one decode of all
+        the waiting prompts gives them."""
+        if seq.rank[0] or not seq.first:
+            return False
+        others = [q for q in running.values() if q is not seq and not q.rank[0]]
+        streaming = any(not q.first for q in others)
+        feeding = any(q.fed < len(q.prompt) or q.follows is not None for q in others)
+        return feeding and not streaming
+
+    def _release_first_tokens(self, running: dict[int, RunningSequence]) -> None:
+        """Draw the held first tokens (`_holds_first`) once no prompt they wait for is being fed."""
+        held = [(slot, seq) for slot, seq in running.items() if seq.first_logits is not None]
+        if not held or any(self._holds_first(seq, running) for _, seq in held):
+            return
+        for slot, seq in held:
+            kept, seq.first_logits = seq.first_logits, None
+            if self._step(seq, -1, kept):
+                del running[slot]
 
     def _step(self, seq: RunningSequence, row: int, kept: np.ndarray | None = None) -> bool:
         """Sample this sequence's next token from its own row of the batch's logits (or from
@@ -480,7 +515,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         seq = running.pop(slot)
         if seq.fed >= len(seq.prompt):
             seq.prompt = list(cached[slot])
-        seq.fed, seq.slot, seq.resumed = 0, -1, True
+        seq.fed, seq.slot, seq.resumed, seq.follows, seq.first_logits = 0, -1, True, None, None
         if seq.holds_lora:
             seq.holds_lora = False
             self._lora.release(self._ctx.ctx, seq.lora)
@@ -519,12 +554,72 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         used[slot] = next(self._clock)
         self._slot_keys[slot] = seq.lora
         seq.slot, seq.fed = slot, keep
+        if reuse and not seq.images:
+            seq.follows = self._donor(seq, running, keep, last)
         if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
             seq.out.builder.cached_tokens = keep
             seq.out.builder.queued = (seq.arrived, time.time())
-            if seq.prompt_top is None:
+            if seq.prompt_top is None and seq.follows is None:
                 self._stats.count_prompt_cache(keep)
         running[slot] = seq
+
+    @staticmethod
+    def _donor(
+        seq: RunningSequence, running: dict[int, RunningSequence], keep: int, last: int
+    ) -> tuple[RunningSequence, int] | None:
+        """The running sequence whose prompt shares the most with `seq`'s, if that is
+        `STORE_MIN_TOKENS` more than `seq`'s slot holds: prompts that open alike and arrive
+        together (one system prompt, one document, many questions) are then evaluated once, as the
+        slots and the host store serve prompts that arrive one after another. At most `last`:
+        the tokens `seq` evaluates itself for its first logits."""
+        best: tuple[RunningSequence, int] | None = None
+        floor = keep + STORE_MIN_TOKENS
+        for other in running.values():
+            if other.lora != seq.lora or other.images:
+                continue
+            n = min(common_prefix(other.prompt, seq.prompt), last)
+            if other.rank[0] and not seq.rank[0] and other.fed < n:
+                continue  # a batch line's prompt goes in small chunks while this one would wait
+            if n > floor:
+                best, floor = (other, n), n
+        return best
+
+    def _share_prefixes(self, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
+        """Give each waiting follower its copy once its donor has the prefix (`_follow`), and hold
+        every donor at the prefix its followers still wait for."""
+        for slot, seq in running.items():
+            seq.hold = 0
+            if seq.follows is not None:
+                self._follow(slot, seq, running, cached)
+        for seq in running.values():
+            if seq.follows is not None:
+                donor, n = seq.follows
+                donor.hold = max(donor.hold, n)
+
+    def _follow(
+        self, slot: int, seq: RunningSequence, running: dict[int, RunningSequence], cached: list[list[int]]
+    ) -> None:
+        """Copy the prefix `seq` shares with its donor (`_donor`) into `seq`'s slot once the donor
+        has evaluated it; if the donor left its slot first (ended, failed, preempted), `seq`
+        evaluates its prompt itself. llama.cpp copies a slot (a KV stream of its own) whole, on
+        the next decode; the cells past the prefix are dropped at once."""
+        assert seq.follows is not None
+        donor, n = seq.follows
+        if running.get(donor.slot) is not donor:
+            seq.follows = None
+        elif donor.fed >= n:
+            memory = self._ctx.memory
+            self._llama.llama_memory_seq_rm(memory, slot, -1, -1)
+            self._llama.llama_memory_seq_cp(memory, donor.slot, slot, -1, -1)
+            self._llama.llama_memory_seq_rm(memory, slot, n, -1)
+            cached[slot] = cached[donor.slot][:n]
+            seq.fed, seq.follows = n, None
+            if not seq.resumed:
+                seq.out.builder.cached_tokens = n
+        else:
+            return
+        if not seq.resumed and seq.prompt_top is None:
+            self._stats.count_prompt_cache(seq.fed)
 
     def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:
         """The next sequence, when none runs. Before waiting, the slots a new prompt is likely to

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp.lora import LoraKey
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
@@ -64,6 +66,16 @@ class RunningSequence:
     # Preempted once (its slot went to a sequence of a better class): its `prompt` is then every
     # token its cells held, fed again (or restored from the host store) before it decodes on.
     resumed: bool = False
+    # A running sequence whose evaluated prompt shares this many tokens with this one's, more than
+    # any slot or stored state holds: this one feeds nothing until those tokens are in the other's
+    # slot, then takes a copy of them (`BatchedLlamaCppEngine._follow`).
+    follows: tuple[RunningSequence, int] | None = None
+    # As a donor: feed no further than this until the sequences following it have their copies, so
+    # that they and it finish their prompts in the same decode (set by the scheduler every step).
+    hold: int = 0
+    # Its prompt's last logits, its first token not yet drawn: held while the prompts that arrived
+    # with it are still being fed (`BatchedLlamaCppEngine._holds_first`).
+    first_logits: np.ndarray | None = None
     # When it was handed to the scheduler (time.time): its first placement reports the wait.
     arrived: float = field(default_factory=time.time)
 
@@ -211,9 +223,13 @@ def _prompt_takes(
 
 def _wants(seq: RunningSequence) -> int:
     """The prompt tokens `seq` could feed in one decode: the rest of its prompt, up to its next
-    image (the scheduler evaluates the image itself)."""
+    image (the scheduler evaluates the image itself); none while it waits to copy another's."""
+    if seq.follows is not None:
+        return 0
     image = next_span(seq.images, seq.fed) if seq.images else None
     end = image.start if image is not None else len(seq.prompt)
+    if seq.hold > seq.fed:
+        end = min(end, seq.hold)
     return max(0, end - seq.fed)
 
 
