@@ -374,6 +374,8 @@ async def test_requests_arriving_together_with_a_new_opening_evaluate_it_once() 
     answers = await asyncio.gather(*(answer(engine, messages, 6) for messages in asked))
     expected = [await answer(whole, messages, 6) for messages in asked]
     assert [text for text, _ in answers] == [text for text, _ in expected]
-    copied = [last for _, last in answers if last.cached_tokens and last.cached_tokens > last.prompt_tokens // 2]
+    copied = [
+        last for _, last in answers if last.cached_tokens and last.cached_tokens > last.prompt_tokens // 2
+    ]
     assert len(copied) == len(questions) - 1
     assert engine.stats().prompt_cache_hits_total == len(questions) - 1
