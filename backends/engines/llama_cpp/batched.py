@@ -9,6 +9,15 @@ How: one scheduler thread owns a context with `n_seq_max` KV sequences (one per 
 tokens each). Every `llama_decode` carries the next token of each running sequence first, then
 prompt chunks of newly admitted ones; sequences join and leave between decodes.
 
+Requests sent together start together, as llama-server's one decode of every waiting prompt
+starts them: an idle engine gathers the ones arriving with the first (`_gather`), their prompts
+share each decode's room evenly (`decode_batch._shared`), one that opens as another does copies
+that prefix from the other's slot instead of evaluating it again (`_donor`), and a first token
+waits while no stream runs and prompts fed with it are still going in (`_holds_first`). Started
+one after another, the first streams would stall through each later prompt's decodes (1-1.8 s
+gaps at c=8 on 2 cores) and finish early, so that every next request's prompt stalled the
+others again.
+
 The slots are also a prompt cache, as llama-server's are: each remembers the tokens in its KV
 cache after its request ends, and a new prompt goes to the free slot sharing the longest prefix
 with it (a repeated system prompt, the earlier turns of a conversation), evaluating only the rest.
