@@ -22,7 +22,7 @@ from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.protocol.config import ModelConfig, ModelSource
-from raygate.protocol.errors import ContextLengthExceededError, UnsupportedParameterError
+from raygate.protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,
     Delta,
@@ -528,3 +528,23 @@ async def test_an_interactive_prefill_decodes_without_the_batch_lines(batched: E
     assert prefills, decodes  # the interactive prompt was evaluated while the lines ran
     assert all(len(set(d)) == 1 for d in prefills), prefills  # and no line rode along
     assert await asyncio.gather(*lines) == alone
+
+
+async def test_a_fault_in_the_scheduler_fails_its_requests_and_the_engine_serves_on() -> None:
+    """A bug of the scheduler's own (raised outside a decode) fails the requests it holds with an
+    error instead of ending its thread, which left every stream, then and later, waiting for ever."""
+    engine = await _engine(n_ctx=256, n_seq_max=2)
+    assert isinstance(engine, BatchedLlamaCppEngine)
+    share = engine._share_prefixes
+    faults = [RuntimeError("a scheduler bug")]
+
+    def faulty(*args: Any) -> None:
+        if faults:
+            raise faults.pop()
+        share(*args)
+
+    engine._share_prefixes = faulty  # type: ignore[method-assign]
+    with pytest.raises(EngineError):
+        await asyncio.wait_for(run(engine, request(1, PROMPTS[1], max_tokens=4)), 60)
+    _, last = await asyncio.wait_for(run(engine, request(2, PROMPTS[1], max_tokens=4)), 60)
+    assert last.completion_tokens == 4

@@ -65,6 +65,7 @@ import bisect
 import collections
 import ctypes
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -99,6 +100,8 @@ from raygate.protocol.generation import (
     FinishReason,
     GenerateRequest,
 )
+
+logger = logging.getLogger(__name__)
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
@@ -257,54 +260,76 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         used = [0] * self._n_seq  # when each slot last took a request (LRU)
         running: dict[int, RunningSequence] = {}
         while True:
-            self._run_commands()
-            self._admit(running, cached, used)
-            for slot, seq in list(running.items()):
-                if seq.cancel.is_set():
-                    self._finish(seq, "abort")
+            try:
+                self._schedule_step(batch, cached, used, running)
+            except Exception as exc:
+                # A fault of the scheduler's own (a decode's is handled inside the step): left to
+                # end the thread, it would leave every stream, and every later request, waiting
+                # for ever. What it held fails; the engine goes on with empty slots.
+                logger.exception("the batched llama.cpp scheduler failed a step")
+                self._fail_running(running, cached, exc)
+                for seq in self._pending:
+                    self._fail(seq, exc)
+                self._pending.clear()
+
+    def _schedule_step(
+        self, batch: Any, cached: list[list[int]], used: list[int], running: dict[int, RunningSequence]
+    ) -> None:
+        """Admit, feed and decode once: one pass of the scheduler thread's loop."""
+        self._run_commands()
+        self._admit(running, cached, used)
+        for slot, seq in list(running.items()):
+            if seq.cancel.is_set():
+                self._finish(seq, "abort")
+                del running[slot]
+        for slot, seq in list(running.items()):
+            if seq.images and not self._feed_images(slot, seq, cached):
+                del running[slot]
+        self._share_prefixes(running, cached)
+        self._release_first_tokens(running)
+        if not running:
+            return
+        groups: dict[LoraKey, dict[int, RunningSequence]] = {}
+        for slot, seq in running.items():
+            groups.setdefault(seq.lora, {})[slot] = seq
+        decoded = False
+        yields = time.monotonic() - self._interactive_ended < INTERACTIVE_RETURN_S
+        for key, group in groups.items():
+            try:
+                outputs, scored = fill(batch, group, cached, self._n_batch, batch_yields=yields)
+                if not batch.batch.n_tokens:  # every sequence of the group waits for its reader
+                    continue
+                self._lora.apply(self._ctx.ctx, key)
+                self._decode_batch(batch)
+                decoded = True
+            except Exception as exc:
+                self._fail_running(running, cached, exc)
+                break
+            for slot, first_row, start, n in scored:
+                if not self._score_prompt(running[slot], first_row, start, n):
                     del running[slot]
-            for slot, seq in list(running.items()):
-                if seq.images and not self._feed_images(slot, seq, cached):
+            for slot, row in outputs:
+                if slot not in running:
+                    continue
+                if self._holds_first(running[slot], running):
+                    n_vocab = loaded(self._model).llm.n_vocab()
+                    logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
+                    running[slot].first_logits = np.ctypeslib.as_array(logits, shape=(n_vocab,)).copy()
+                elif self._step(running[slot], row):
                     del running[slot]
-            self._share_prefixes(running, cached)
-            self._release_first_tokens(running)
-            if not running:
-                continue
-            groups: dict[LoraKey, dict[int, RunningSequence]] = {}
-            for slot, seq in running.items():
-                groups.setdefault(seq.lora, {})[slot] = seq
-            decoded = False
-            yields = time.monotonic() - self._interactive_ended < INTERACTIVE_RETURN_S
-            for key, group in groups.items():
-                try:
-                    outputs, scored = fill(batch, group, cached, self._n_batch, batch_yields=yields)
-                    if not batch.batch.n_tokens:  # every sequence of the group waits for its reader
-                        continue
-                    self._lora.apply(self._ctx.ctx, key)
-                    self._decode_batch(batch)
-                    decoded = True
-                except Exception as exc:
-                    for slot, seq in running.items():
-                        cached[slot] = []
-                        self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-                        self._fail(seq, exc)
-                    running.clear()
-                    break
-                for slot, first_row, start, n in scored:
-                    if not self._score_prompt(running[slot], first_row, start, n):
-                        del running[slot]
-                for slot, row in outputs:
-                    if slot not in running:
-                        continue
-                    if self._holds_first(running[slot], running):
-                        n_vocab = loaded(self._model).llm.n_vocab()
-                        logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
-                        running[slot].first_logits = np.ctypeslib.as_array(logits, shape=(n_vocab,)).copy()
-                    elif self._step(running[slot], row):
-                        del running[slot]
-            self._release_first_tokens(running)
-            if running and not decoded:  # paused readers, or only batch lines while they yield
-                time.sleep(YIELD_POLL_SECONDS if yields else PAUSED_POLL_SECONDS)
+        self._release_first_tokens(running)
+        if running and not decoded:  # paused readers, or only batch lines while they yield
+            time.sleep(YIELD_POLL_SECONDS if yields else PAUSED_POLL_SECONDS)
+
+    def _fail_running(
+        self, running: dict[int, RunningSequence], cached: list[list[int]], exc: BaseException
+    ) -> None:
+        """Fail every running sequence and empty its slot."""
+        for slot, seq in running.items():
+            cached[slot] = []
+            self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+            self._fail(seq, exc)
+        running.clear()
 
     @staticmethod
     def _holds_first(seq: RunningSequence, running: dict[int, RunningSequence]) -> bool:
