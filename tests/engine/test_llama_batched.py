@@ -543,7 +543,7 @@ async def test_a_fault_in_the_scheduler_fails_its_requests_and_the_engine_serves
             raise faults.pop()
         share(*args)
 
-    engine._share_prefixes = faulty  # type: ignore[method-assign]
+    engine._share_prefixes = faulty  # type: ignore[method-assign,assignment]
     with pytest.raises(EngineError):
         await asyncio.wait_for(run(engine, request(1, PROMPTS[1], max_tokens=4)), 60)
     _, last = await asyncio.wait_for(run(engine, request(2, PROMPTS[1], max_tokens=4)), 60)
