@@ -190,7 +190,7 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 
 LLAMA_SERVER_LABELS = {
-    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, 50 ms stream interval per stream)",
+    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, each token streamed at once)",
     "serve-fa-off": "`make serve` with `flash_attn: false`",
     "serve-2x1": "`make serve` with the previous default, 2 replicas × 1 thread × 4 sequences",
 }
