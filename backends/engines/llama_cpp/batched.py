@@ -497,16 +497,18 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = self._wait(cached, used) if idle else self._incoming.get_nowait()
             except queue.Empty:
                 return
-            if seq is None:
-                self._run_commands()
-                continue
-            self._queue(seq)
-            if idle:
+            if self._receive(seq) and idle:
                 self._gather()
 
-    def _queue(self, seq: RunningSequence) -> None:
+    def _receive(self, seq: RunningSequence | None) -> bool:
+        """Queue a sequence handed over, or run the commands a None woke the scheduler for.
+        Returns whether a sequence was queued."""
+        if seq is None:
+            self._run_commands()
+            return False
         seq.order = next(self._arrivals)
         bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
+        return True
 
     def _gather(self) -> None:
         """Wait for the requests arriving together with the one that woke an idle engine
@@ -525,11 +527,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                 seq = self._incoming.get(timeout=deadline - now)
             except queue.Empty:
                 return
-            if seq is None:
-                self._run_commands()
-                continue
-            self._queue(seq)
-            last = time.monotonic()
+            if self._receive(seq):
+                last = time.monotonic()
 
     @staticmethod
     def _victim(running: dict[int, RunningSequence], seq: RunningSequence) -> int | None:
