@@ -363,7 +363,7 @@ async def test_requests_arriving_together_all_restore_one_stored_opening() -> No
 async def test_requests_arriving_together_with_a_new_opening_evaluate_it_once() -> None:
     """Prompts that open alike and arrive together (one system prompt, many questions), with the
     opening in no slot and no stored state: the first evaluates it, the others wait for it and
-    copy it into their own slots (`BatchedLlamaCppEngine._donor`), then every first token comes
+    copy it into their own slots (`decode_batch.donor`), then every first token comes
     out together. Greedy answers are the ones each prompt gets evaluated whole."""
     import asyncio
 

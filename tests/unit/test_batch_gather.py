@@ -6,6 +6,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from raygate.backends.engines.llama_cpp.decode_batch import holds_first
 from tests.unit.test_batch_order import sequence
 
 
@@ -34,7 +35,7 @@ def test_a_busy_engine_takes_only_what_has_arrived() -> None:
 
 
 def test_a_first_token_waits_for_the_prompts_fed_with_it_only_while_no_stream_runs() -> None:
-    hold = BatchedLlamaCppEngine._holds_first
+    hold = holds_first
     done, feeding = sequence([1] * 4, 4, None), sequence([2] * 8, 3, None)
     assert hold(done, {0: done, 1: feeding})  # its stream would wait through `feeding`'s prompt
     streaming = sequence([3], 1, 30)

@@ -12,8 +12,8 @@ prompt chunks of newly admitted ones; sequences join and leave between decodes.
 Requests sent together start together, as llama-server's one decode of every waiting prompt
 starts them: an idle engine gathers the ones arriving with the first (`_gather`), their prompts
 share each decode's room evenly (`decode_batch._shared`), one that opens as another does copies
-that prefix from the other's slot instead of evaluating it again (`_donor`), and a first token
-waits while no stream runs and prompts fed with it are still going in (`_holds_first`). Started
+that prefix from the other's slot instead of evaluating it again (`decode_batch.donor`), and a first token
+waits while no stream runs and prompts fed with it are still going in (`decode_batch.holds_first`). Started
 one after another, the first streams would stall through each later prompt's decodes (1-1.8 s
 gaps at c=8 on 2 cores) and finish early, so that every next request's prompt stalled the
 others again.
@@ -77,7 +77,13 @@ import numpy as np
 
 from raygate.backends.engines.base import loaded
 from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
-from raygate.backends.engines.llama_cpp.decode_batch import INTERACTIVE_RETURN_S, RunningSequence, fill
+from raygate.backends.engines.llama_cpp.decode_batch import (
+    INTERACTIVE_RETURN_S,
+    RunningSequence,
+    donor,
+    fill,
+    holds_first,
+)
 from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
 from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
@@ -311,10 +317,8 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             for slot, row in outputs:
                 if slot not in running:
                     continue
-                if self._holds_first(running[slot], running):
-                    n_vocab = loaded(self._model).llm.n_vocab()
-                    logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
-                    running[slot].first_logits = np.ctypeslib.as_array(logits, shape=(n_vocab,)).copy()
+                if holds_first(running[slot], running):
+                    running[slot].first_logits = self._logits(row).copy()
                 elif self._step(running[slot], row):
                     del running[slot]
         self._release_first_tokens(running)
@@ -331,31 +335,23 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             self._fail(seq, exc)
         running.clear()
 
-    @staticmethod
-    def _holds_first(seq: RunningSequence, running: dict[int, RunningSequence]) -> bool:
-        """Whether `seq`, its prompt just evaluated, waits to draw its first token: while no
-        interactive stream has started and other interactive prompts are still being fed, as
-        when requests sent together arrive over a decode or two, or one follows another's prefix.
-        Drawn at once, its stream would wait through each of their prompt decodes (a gap of a
-        second or more each, on 2 cores) and end that many tokens ahead of them, out of step for
-        good; held, every first token comes out together, as llama-server's one decode of all
-        the waiting prompts gives them."""
-        if seq.rank[0] or not seq.first:
-            return False
-        others = [q for q in running.values() if q is not seq and not q.rank[0]]
-        streaming = any(not q.first for q in others)
-        feeding = any(q.fed < len(q.prompt) or q.follows is not None for q in others)
-        return feeding and not streaming
-
     def _release_first_tokens(self, running: dict[int, RunningSequence]) -> None:
-        """Draw the held first tokens (`_holds_first`) once no prompt they wait for is being fed."""
+        """Draw the held first tokens (`decode_batch.holds_first`) once no prompt they wait for is
+        being fed."""
         held = [(slot, seq) for slot, seq in running.items() if seq.first_logits is not None]
-        if not held or any(self._holds_first(seq, running) for _, seq in held):
+        if not held or any(holds_first(seq, running) for _, seq in held):
             return
         for slot, seq in held:
             kept, seq.first_logits = seq.first_logits, None
             if self._step(seq, -1, kept):
                 del running[slot]
+
+    def _logits(self, row: int) -> np.ndarray:
+        """Row `row` of the last decode's logits: a view into llama.cpp's buffer, which the next
+        decode overwrites."""
+        n_vocab = loaded(self._model).llm.n_vocab()
+        logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
+        return np.ctypeslib.as_array(logits, shape=(n_vocab,))
 
     def _step(self, seq: RunningSequence, row: int, kept: np.ndarray | None = None) -> bool:
         """Sample this sequence's next token from its own row of the batch's logits (or from
@@ -365,9 +361,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             if seq.first:
                 seq.first = False
                 if kept is None and self._prompt_cache and seq.prompt_top is None and not seq.lora:
-                    n_vocab = loaded(self._model).llm.n_vocab()
-                    logits = self._llama.llama_get_logits_ith(self._ctx.ctx, row)
-                    self._kept.put(seq.prompt, np.ctypeslib.as_array(logits, shape=(n_vocab,)))
+                    self._kept.put(seq.prompt, self._logits(row))
             token = seq.sampler.sample(self._ctx.ctx, row, kept)
             ended = seq.out.push(token, self._ctx.ctx, row, kept)
         except Exception as exc:
@@ -588,34 +582,13 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._slot_keys[slot] = seq.lora
         seq.slot, seq.fed = slot, keep
         if reuse and not seq.images:
-            seq.follows = self._donor(seq, running, keep, last)
+            seq.follows = donor(seq, running, keep, last, STORE_MIN_TOKENS)
         if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
             seq.out.builder.cached_tokens = keep
             seq.out.builder.queued = (seq.arrived, time.time())
             if seq.prompt_top is None and seq.follows is None:
                 self._stats.count_prompt_cache(keep)
         running[slot] = seq
-
-    @staticmethod
-    def _donor(
-        seq: RunningSequence, running: dict[int, RunningSequence], keep: int, last: int
-    ) -> tuple[RunningSequence, int] | None:
-        """The running sequence whose prompt shares the most with `seq`'s, if that is
-        `STORE_MIN_TOKENS` more than `seq`'s slot holds: prompts that open alike and arrive
-        together (one system prompt, one document, many questions) are then evaluated once, as the
-        slots and the host store serve prompts that arrive one after another. At most `last`:
-        the tokens `seq` evaluates itself for its first logits."""
-        best: tuple[RunningSequence, int] | None = None
-        floor = keep + STORE_MIN_TOKENS
-        for other in running.values():
-            if other.lora != seq.lora or other.images:
-                continue
-            n = min(common_prefix(other.prompt, seq.prompt), last)
-            if other.rank[0] and not seq.rank[0] and other.fed < n:
-                continue  # a batch line's prompt goes in small chunks while this one would wait
-            if n > floor:
-                best, floor = (other, n), n
-        return best
 
     def _share_prefixes(self, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
         """Give each waiting follower its copy once its donor has the prefix (`_follow`), and hold
@@ -632,7 +605,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
     def _follow(
         self, slot: int, seq: RunningSequence, running: dict[int, RunningSequence], cached: list[list[int]]
     ) -> None:
-        """Copy the prefix `seq` shares with its donor (`_donor`) into `seq`'s slot once the donor
+        """Copy the prefix `seq` shares with its donor (`decode_batch.donor`) into `seq`'s slot once the donor
         has evaluated it; if the donor left its slot first (ended, failed, preempted), `seq`
         evaluates its prompt itself. llama.cpp copies a slot (a KV stream of its own) whole, on
         the next decode; the cells past the prefix are dropped at once."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp.lora import LoraKey
+from raygate.backends.engines.llama_cpp.prompt_store import common_prefix
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.engines.llama_cpp.vision import ImageSpan, next_span
 from raygate.backends.streams import ThreadFeed
@@ -68,13 +69,13 @@ class RunningSequence:
     resumed: bool = False
     # A running sequence whose evaluated prompt shares this many tokens with this one's, more than
     # any slot or stored state holds: this one feeds nothing until those tokens are in the other's
-    # slot, then takes a copy of them (`BatchedLlamaCppEngine._follow`).
+    # slot, then takes a copy of them (`donor`, `BatchedLlamaCppEngine._follow`).
     follows: tuple[RunningSequence, int] | None = None
     # As a donor: feed no further than this until the sequences following it have their copies, so
     # that they and it finish their prompts in the same decode (set by the scheduler every step).
     hold: int = 0
     # Its prompt's last logits, its first token not yet drawn: held while the prompts that arrived
-    # with it are still being fed (`BatchedLlamaCppEngine._holds_first`).
+    # with it are still being fed (`holds_first`).
     first_logits: np.ndarray | None = None
     # When it was handed to the scheduler (time.time): its first placement reports the wait.
     arrived: float = field(default_factory=time.time)
@@ -242,3 +243,40 @@ def _shared(wants: list[int], room: int) -> list[int]:
         room -= takes[i]
         left -= 1
     return takes
+
+
+def holds_first(seq: RunningSequence, running: dict[int, RunningSequence]) -> bool:
+    """Whether `seq`, its prompt just evaluated, waits to draw its first token: while no
+    interactive stream has started and other interactive prompts are still being fed, as
+    when requests sent together arrive over a decode or two, or one follows another's prefix.
+    Drawn at once, its stream would wait through each of their prompt decodes (a gap of a
+    second or more each, on 2 cores) and end that many tokens ahead of them, out of step for
+    good; held, every first token comes out together, as llama-server's one decode of all
+    the waiting prompts gives them."""
+    if seq.rank[0] or not seq.first:
+        return False
+    others = [q for q in running.values() if q is not seq and not q.rank[0]]
+    streaming = any(not q.first for q in others)
+    feeding = any(q.fed < len(q.prompt) or q.follows is not None for q in others)
+    return feeding and not streaming
+
+
+def donor(
+    seq: RunningSequence, running: dict[int, RunningSequence], keep: int, last: int, least: int
+) -> tuple[RunningSequence, int] | None:
+    """The running sequence whose prompt shares the most with `seq`'s, if that is
+    `least` tokens more than `seq`'s slot holds: prompts that open alike and arrive
+    together (one system prompt, one document, many questions) are then evaluated once, as the
+    slots and the host store serve prompts that arrive one after another. At most `last`:
+    the tokens `seq` evaluates itself for its first logits."""
+    best: tuple[RunningSequence, int] | None = None
+    floor = keep + least
+    for other in running.values():
+        if other.lora != seq.lora or other.images:
+            continue
+        n = min(common_prefix(other.prompt, seq.prompt), last)
+        if other.rank[0] and not seq.rank[0] and other.fed < n:
+            continue  # a batch line's prompt goes in small chunks while this one would wait
+        if n > floor:
+            best, floor = (other, n), n
+    return best
