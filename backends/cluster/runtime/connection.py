@@ -14,7 +14,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import ray
 
-from raygate.backends.cluster.runtime import embedded
+from raygate.backends.cluster.runtime import agents, embedded
 
 NAMESPACE = "raygate"
 logger = logging.getLogger(__name__)
@@ -82,7 +82,8 @@ def start_local(*, dashboard: bool = False, **init_args: Any) -> Any:
         try:
             # `local`: a new cluster even where another one runs on this host (`ray start`);
             # without it `ray.init` attaches to the latest of those, someone else's.
-            context = ray.init(address="local", include_dashboard=dashboard, **init_args)
+            with agents.standing_in() if not dashboard else contextlib.nullcontext():
+                context = ray.init(address="local", include_dashboard=dashboard, **init_args)
         except Exception as exc:
             if attempt == START_ATTEMPTS or not is_start_failure(str(exc)):
                 raise
@@ -107,7 +108,8 @@ def _stop_unused(log_to_driver: bool) -> None:
     config, which an embedded single node has none of (Raygate's replica autoscaling is its own
     controller's). The log monitor only when nothing reads what it forwards (`log_to_driver`):
     `raygate serve` keeps it, so the replicas' output shows in the gateway's. The raylet's two
-    agents stay: the raylet exits when either does, and the dashboard agent exports its metrics."""
+    agents cannot be stopped (the raylet exits when either does): `agents.py` replaces them at
+    the start."""
     node = ray._private.worker._global_node
     if node is None:
         return
