@@ -19,11 +19,11 @@ from raygate.backends.cluster.control.controller import connect_controller
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.runtime import connection as ray_connection
 from raygate.backends.cluster.runtime.tracing import TracingUnavailableError, shutdown_providers
-from raygate.backends.cluster.stores.batches import BatchStoreClient, connect_batch_store
-from raygate.backends.cluster.stores.ledger import LedgerClient, connect_ledger
+from raygate.backends.cluster.stores.batches import BatchStoreClient
+from raygate.backends.cluster.stores.host import StoreSettings, connect_stores
+from raygate.backends.cluster.stores.ledger import LedgerClient
 from raygate.backends.cluster.stores.ledger_db import database_problem
-from raygate.backends.cluster.stores.response_db import StoreLimits
-from raygate.backends.cluster.stores.responses import ResponseStoreClient, connect_response_store
+from raygate.backends.cluster.stores.responses import ResponseStoreClient
 from raygate.backends.heap import freeze_startup_heap
 from raygate.server.access.auth import KeyStore
 from raygate.server.access.budgets import Budgets
@@ -93,20 +93,21 @@ def build_app(settings: Settings) -> FastAPI:
     def controller() -> Any:
         return connect_controller(settings.state_dir, seed, builtins, settings.state_resource)
 
-    def response_store() -> Any:
-        limits = StoreLimits(settings.responses_max_age_s, settings.responses_max_bytes)
-        return connect_response_store(settings.state_dir, limits, settings.state_resource)
+    store_settings = StoreSettings(
+        state_dir=settings.state_dir,
+        responses_max_age_s=settings.responses_max_age_s,
+        responses_max_bytes=settings.responses_max_bytes,
+        batch_window_s=settings.batch_window_s,
+        database_url=settings.database_url,
+    )
 
-    def ledger_actor() -> Any:
-        return connect_ledger(settings.database_url, settings.state_dir, settings.state_resource)
+    def stores() -> Any:
+        return connect_stores(store_settings, settings.state_resource)
 
-    ledger_client = LedgerClient(ledger_actor)
+    ledger_client = LedgerClient(stores)
     writer = LedgerWriter(ledger_client.call)
     key_sync = KeySync(keys, ledger_client)
     budgets = Budgets(ledger_client)
-
-    def batch_store() -> Any:
-        return connect_batch_store(settings.state_dir, settings.batch_window_s, settings.state_resource)
 
     def gate_changed(gate: ModelGate) -> None:
         metrics.set_queue(gate.name, gate.running, gate.waiting)
@@ -128,12 +129,12 @@ def build_app(settings: Settings) -> FastAPI:
                 if status.state != "ready":
                     log.error("model %s is %s: %s", status.name, status.state, status.error)
             app.state.cluster = cluster
-            app.state.responses = ResponseStoreClient(response_store)
+            app.state.responses = ResponseStoreClient(stores)
             _log_store(await app.state.responses.start(), settings)
             log.info("usage, API keys and audit log in %s", (await ledger_client.start())["where"])
             await key_sync.refresh()
             ledger_tasks = [asyncio.create_task(writer.run()), asyncio.create_task(key_sync.run())]
-            app.state.batches = BatchStoreClient(batch_store)
+            app.state.batches = BatchStoreClient(stores)
             log.info(
                 "files and batches in %s", (await app.state.batches.start())["path"] or "the store's memory"
             )

@@ -21,7 +21,7 @@ import openai
 import pytest
 import ray
 
-from raygate.backends.cluster.stores.batches import STORE_NAME
+from raygate.backends.cluster.stores.host import STORES_NAME
 from tests.support.admin import SMOLLM, raygate
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.models import CHAT_MODEL, EMBED_MODEL
@@ -295,9 +295,9 @@ def test_limits_quota_and_a_gateway_restart_mid_batch(restart_args: list[str], t
     gw = start_gateway(restart_args, tmp_path / "second.log")
     try:
         with sdk(gw.url, "unused") as client:
-            # The store actor dies too (as on a cluster node's loss): Ray restarts it, it reopens
+            # The stores actor dies too (as on a cluster node's loss): Ray restarts it, it reopens
             # its file, and the runner's calls reach the new one.
-            ray.kill(ray.get_actor(STORE_NAME, namespace=RESTART_NAMESPACE), no_restart=False)
+            ray.kill(ray.get_actor(STORES_NAME, namespace=RESTART_NAMESPACE), no_restart=False)
             done = wait_final(client, batch.id)
             assert done.status == "completed", done
             assert done.request_counts is not None

@@ -32,6 +32,7 @@ import pytest
 import ray
 import yaml
 
+from raygate.backends.cluster.stores.host import STORES_NAME
 from tests.support.gateway import REPO, GatewayProcess, start_gateway
 from tests.support.models import CHAT_MODEL, EMBED_MODEL
 from tests.support.postgres import running_postgres
@@ -632,7 +633,7 @@ def test_sqlite_usage_survives_a_restart_of_the_gateway_and_the_ledger(
     finally:
         assert gw.stop() == 0, gw.log()[-3000:]
     assert (state_dir / "ledger.sqlite3").is_file()
-    ray.kill(ray.get_actor("ledger", namespace=namespace), no_restart=True)
+    ray.kill(ray.get_actor(STORES_NAME, namespace=namespace), no_restart=True)
 
     again = start_gateway(args, root / "gw2.log")
     try:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import ray
 
+from raygate.backends.cluster.stores.host import STORES_NAME
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.models import CHAT_MODEL
 from tests.support.openapi import validate
@@ -139,7 +140,7 @@ def test_gateways_share_the_store_and_keys_see_their_own(pair: Pair) -> None:
 def test_the_sqlite_file_outlives_the_store_actor(pair: Pair) -> None:
     made = create(pair.first, KEY_A, input="Remember me.")
     assert (pair.state_dir / "responses.sqlite3").is_file()
-    store = ray.get_actor("responses", namespace=NAMESPACE)
+    store = ray.get_actor(STORES_NAME, namespace=NAMESPACE)
     ray.kill(store, no_restart=False)  # Ray restarts it; it reopens the file
     got = call(pair.second, KEY_A, "GET", f"/responses/{made['id']}")
     assert got.status_code == 200, got.text

@@ -1,5 +1,6 @@
-"""A gateway's handle on one of the namespace's store actors (stored responses, batches): async
-calls, and an actor that died (Ray restarts it) looked up and called again for a while."""
+"""A gateway's handle on one of the namespace's stores (stored responses, batches, the ledger: parts
+of one actor, `host.py`): async calls, and an actor that died (Ray restarts it) looked up and
+called again for a while."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class StoreActorClient:
     it died under the call) it is looked up and called again, up to RESTART_WAIT_S, then 503."""
 
     what = "store"
+    part = ""  # the store's method on the stores actor (`host.StoreHost`)
     errors: ErrorTable = STORE_ERRORS
     # A method that raised inside the actor: as it came (False), or through `errors` (True).
     map_task_errors = False
@@ -36,14 +38,14 @@ class StoreActorClient:
 
     async def start(self) -> dict[str, Any]:
         self._actor = await asyncio.to_thread(self._connect)
-        info: dict[str, Any] = await self._actor.info.remote()
+        info: dict[str, Any] = await self._call("info")
         return info
 
     async def _call(self, method: str, *args: Any) -> Any:
         deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
         while True:
             try:
-                return await getattr(self._actor, method).remote(*args)
+                return await getattr(self._actor, self.part).remote(method, *args)
             except RayActorError as exc:
                 if time.monotonic() + pause > deadline:
                     raise self.errors.error(exc, self.what) from None

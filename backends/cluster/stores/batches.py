@@ -1,4 +1,4 @@
-"""The cluster's one store of files and batches: a named, detached Ray actor that owns
+"""The cluster's one store of files and batches: the part of the stores actor (`host.py`) that owns
 `batches.sqlite3` under `--state-dir` (`batch_db.BatchDB`), found by every gateway of the Ray
 namespace by name, like the stored-responses actor (`responses.py`, whose docstring says why an
 actor), and placed where the controller goes.
@@ -19,9 +19,6 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-import ray
-
-from raygate.backends.cluster.runtime.placement import state_actor_options
 from raygate.backends.cluster.stores.actor_client import StoreActorClient
 from raygate.backends.cluster.stores.batch_db import DB_FILE, BatchDB, ClaimedLine, FinishOutcome, LineResult
 from raygate.protocol.batches import Batch, CreateBatchRequest
@@ -29,8 +26,6 @@ from raygate.protocol.errors import OpenAIError
 from raygate.protocol.files import OpenAIFile
 
 log = logging.getLogger(__name__)
-
-STORE_NAME = "batches"
 
 
 class _Failed:
@@ -58,26 +53,11 @@ class BatchStore:
             return _Failed(exc)
 
 
-def connect_batch_store(state_dir: Path | None, window_s: float, state_resource: str | None = None) -> Any:
-    """The namespace's store: the existing actor, or a new one where the controller goes."""
-    return (
-        ray.remote(BatchStore)
-        .options(
-            name=STORE_NAME,
-            get_if_exists=True,
-            lifetime="detached",
-            num_cpus=0,
-            max_restarts=-1,
-            **state_actor_options(state_resource),
-        )
-        .remote(str(state_dir) if state_dir else None, window_s)
-    )
-
-
 class BatchStoreClient(StoreActorClient):
     """The gateway's handle on the store: one async method per `BatchDB` call it makes."""
 
     what = "batch store"
+    part = "batches"
 
     async def _db(self, method: str, *args: Any) -> Any:
         result = await self._call("call", method, *args)

@@ -1,4 +1,4 @@
-"""The ledger: a named, detached Ray actor that owns the usage / keys / audit database.
+"""The ledger: the part of the stores actor (`host.py`) that owns the usage / keys / audit database.
 
 Why an actor, as for the response store (`responses.py`): every gateway of a Ray namespace finds
 it by name, so usage from all of them lands in one place, a key created or revoked through one
@@ -26,17 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from raygate.backends.cluster.runtime.errors import LEDGER_ERRORS
-from raygate.backends.cluster.runtime.placement import state_actor_options
 from raygate.backends.cluster.stores.actor_client import StoreActorClient
 from raygate.backends.cluster.stores.ledger_db import LedgerDB, StoredKey, UnknownKeyError, UsageRecord
 from raygate.protocol.ledger import AuditEntry, KeyBudget, KeyCreate, KeyCreated, KeyInfo, UsageRow
 
 log = logging.getLogger(__name__)
-
-LEDGER_NAME = "ledger"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,30 +176,12 @@ class Ledger:
         return self._db.audit_log(**filters)
 
 
-def connect_ledger(
-    database_url: str | None, state_dir: Path | None, state_resource: str | None = None
-) -> Any:
-    """The namespace's ledger: the existing actor, or a new one where the controller goes. The
-    first gateway decides where the data lives, as for the registry."""
-    return (
-        ray.remote(Ledger)
-        .options(
-            name=LEDGER_NAME,
-            get_if_exists=True,
-            lifetime="detached",
-            num_cpus=0,
-            max_restarts=-1,
-            **state_actor_options(state_resource),
-        )
-        .remote(database_url, str(state_dir) if state_dir else None)
-    )
-
-
 class LedgerClient(StoreActorClient):
     """The gateway's handle on the ledger (`StoreActorClient`'s retries); what the ledger itself
     refuses is mapped through LEDGER_ERRORS."""
 
     what = "ledger"
+    part = "ledger"
     errors = LEDGER_ERRORS
     map_task_errors = True
 

@@ -1,4 +1,5 @@
-"""The cluster's one store of responses: a named, detached Ray actor that owns the SQLite file.
+"""The cluster's one store of responses, the part of the stores actor (`host.py`) that owns the
+SQLite file.
 
 Why an actor: `previous_response_id` and `GET /v1/responses/{id}` must work on whichever gateway
 the load balancer picks, and gateways may run on different nodes. Every gateway in a Ray namespace
@@ -19,15 +20,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import ray
-
-from raygate.backends.cluster.runtime.placement import state_actor_options
 from raygate.backends.cluster.stores.actor_client import StoreActorClient
 from raygate.backends.cluster.stores.response_db import DB_FILE, ResponseDB, StoreLimits
 
 log = logging.getLogger(__name__)
-
-STORE_NAME = "responses"
 
 
 class ResponseStore:
@@ -57,30 +53,11 @@ class ResponseStore:
         return self._db.delete(response_id, owner)
 
 
-def connect_response_store(
-    state_dir: Path | None, limits: StoreLimits, state_resource: str | None = None
-) -> Any:
-    """The namespace's store: the existing actor, or a new one where the controller goes
-    (`placement.state_actor_options`). Get-or-create is
-    atomic in Ray, so gateways starting together still share one."""
-    return (
-        ray.remote(ResponseStore)
-        .options(
-            name=STORE_NAME,
-            get_if_exists=True,
-            lifetime="detached",
-            num_cpus=0,
-            max_restarts=-1,
-            **state_actor_options(state_resource),
-        )
-        .remote(str(state_dir) if state_dir else None, limits.max_age_s, limits.max_bytes)
-    )
-
-
 class ResponseStoreClient(StoreActorClient):
     """The gateway's handle on the store (retries while it restarts: `StoreActorClient`)."""
 
     what = "response store"
+    part = "responses"
 
     async def put(self, response_id: str, owner: str, body: str) -> None:
         await self._call("put", response_id, owner, body)
