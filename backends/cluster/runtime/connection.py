@@ -9,15 +9,18 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 import ray
 
 from raygate.backends.cluster.runtime import agents, embedded
+from raygate.backends.cluster.runtime.worker_logs import WorkerLogs
 
 NAMESPACE = "raygate"
 logger = logging.getLogger(__name__)
+_worker_logs: list[WorkerLogs] = []  # the embedded cluster's follower, while connected
 # Ray 2.60's raylet gives its dashboard agent (a Python process that imports much of Ray) a fixed
 # 15 s to write its port files and aborts when it is late: on a busy box `ray.init` then fails
 # with "timed out during startup" (seen dozens of times beside stress-ng here). Neither
@@ -62,13 +65,19 @@ def connect(
             return
         # What a gateway that was killed left behind goes first; this one's is watched (embedded.py).
         embedded.reap_stale()
+        # The replicas' output reaches the gateway's log through Ray's log monitor with the
+        # dashboard, else through a thread of this process (worker_logs.py, ~80 MB less).
         context = start_local(
             dashboard=dashboard,
             namespace=namespace,
             num_cpus=num_cpus,
-            log_to_driver=True,
+            log_to_driver=dashboard,
         )
-        embedded.guard(context.address_info["session_dir"])
+        session_dir = context.address_info["session_dir"]
+        embedded.guard(session_dir)
+        if not dashboard:
+            _worker_logs.append(WorkerLogs(Path(session_dir) / "logs"))
+            _worker_logs[-1].start()
 
 
 def start_local(*, dashboard: bool = False, **init_args: Any) -> Any:
@@ -107,7 +116,7 @@ def _stop_unused(log_to_driver: bool) -> None:
     which need it, are not used. The autoscaler monitor: it adds and removes *nodes* from a cluster
     config, which an embedded single node has none of (Raygate's replica autoscaling is its own
     controller's). The log monitor only when nothing reads what it forwards (`log_to_driver`):
-    `raygate serve` keeps it, so the replicas' output shows in the gateway's. The raylet's two
+    `raygate serve` reads the replicas' output itself (`worker_logs.py`). The raylet's two
     agents cannot be stopped (the raylet exits when either does): `agents.py` replaces them at
     the start."""
     node = ray._private.worker._global_node
@@ -169,3 +178,5 @@ def _descendants(infos: list[Any]) -> list[psutil.Process]:
 def disconnect() -> None:
     if ray.is_initialized():
         ray.shutdown()
+    while _worker_logs:  # after the shutdown: the replicas' last words are printed
+        _worker_logs.pop().stop()
