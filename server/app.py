@@ -22,7 +22,6 @@ from raygate.backends.cluster.runtime.tracing import TracingUnavailableError, sh
 from raygate.backends.cluster.stores.batches import BatchStoreClient
 from raygate.backends.cluster.stores.host import StoreSettings, connect_stores
 from raygate.backends.cluster.stores.ledger import LedgerClient
-from raygate.backends.cluster.stores.ledger_db import database_problem
 from raygate.backends.cluster.stores.responses import ResponseStoreClient
 from raygate.backends.heap import freeze_startup_heap
 from raygate.server.access.auth import KeyStore
@@ -78,8 +77,12 @@ def build_app(settings: Settings) -> FastAPI:
     seed = seed_specs(load_config(settings.config_path), settings)
     builtins = builtin_specs()
     keys = KeyStore.from_settings(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    if settings.database_url and (problem := database_problem(settings.database_url)):
-        raise ConfigError(problem)
+    if settings.database_url:
+        # Only with a database URL: otherwise the gateway never loads SQLAlchemy (ledger_records.py).
+        from raygate.backends.cluster.stores.ledger_db import database_problem
+
+        if problem := database_problem(settings.database_url):
+            raise ConfigError(problem)
     tracing = None
     if settings.otlp_traces_endpoint:
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError
 
-from raygate.backends.cluster.stores.ledger_db import StoredKey
+from raygate.backends.cluster.stores.ledger_records import StoredKey
 from raygate.protocol.base import StrictModel
 from raygate.protocol.errors import AuthenticationError, PermissionDeniedError, RateLimitError
 from raygate.protocol.ledger import KeyBudget

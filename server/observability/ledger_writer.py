@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raygate.backends.cluster.stores.ledger_db import UsageRecord
+from raygate.backends.cluster.stores.ledger_records import UsageRecord
 
 log = logging.getLogger(__name__)
 

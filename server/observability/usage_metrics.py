@@ -8,7 +8,7 @@ since the gateway started, which on a busy gateway are its heaviest users too.
 
 from __future__ import annotations
 
-from raygate.backends.cluster.stores.ledger_db import UsageRecord
+from raygate.backends.cluster.stores.ledger_records import UsageRecord
 from raygate.server.observability.metrics import GatewayMetrics
 
 OTHER = "other"

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from raygate.backends.cluster.stores.ledger import LedgerClient
-from raygate.backends.cluster.stores.ledger_db import GROUPS
+from raygate.backends.cluster.stores.ledger_records import GROUPS
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.ledger import (
     AuditLog,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fastapi import Request
 
 from raygate.backends.cluster.routing.router import ModelRouter
-from raygate.backends.cluster.stores.ledger_db import UsageRecord
+from raygate.backends.cluster.stores.ledger_records import UsageRecord
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import GatewayTimeoutError, OpenAIError, RateLimitError
 from raygate.protocol.generation import (

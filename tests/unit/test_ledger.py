@@ -16,13 +16,8 @@ from typing import Any
 import pytest
 
 from raygate.backends.cluster.stores.ledger import Ledger
-from raygate.backends.cluster.stores.ledger_db import (
-    DB_FILE,
-    LedgerDB,
-    UsageRecord,
-    database_problem,
-    windows,
-)
+from raygate.backends.cluster.stores.ledger_db import DB_FILE, LedgerDB, database_problem
+from raygate.backends.cluster.stores.ledger_records import UsageRecord, windows
 from raygate.protocol.errors import AuthenticationError, QuotaExceededError, RateLimitError
 from raygate.protocol.ledger import KeyBudget, KeyCreate
 from raygate.server.access.auth import KeyStore

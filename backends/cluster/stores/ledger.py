@@ -28,7 +28,7 @@ from typing import Any
 
 from raygate.backends.cluster.runtime.errors import LEDGER_ERRORS
 from raygate.backends.cluster.stores.actor_client import StoreActorClient
-from raygate.backends.cluster.stores.ledger_db import LedgerDB, StoredKey, UnknownKeyError, UsageRecord
+from raygate.backends.cluster.stores.ledger_records import StoredKey, UnknownKeyError, UsageRecord
 from raygate.protocol.ledger import AuditEntry, KeyBudget, KeyCreate, KeyCreated, KeyInfo, UsageRow
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,10 @@ class Ledger:
     """The actor: `LedgerDB` behind Ray calls (one at a time), plus the running-request counts."""
 
     def __init__(self, database_url: str | None, state_dir: str | None) -> None:
+        # Here, not at the top: gateways import this module for its client and never load
+        # SQLAlchemy and alembic (ledger_records.py).
+        from raygate.backends.cluster.stores.ledger_db import LedgerDB
+
         self._db = LedgerDB(database_url, Path(state_dir) if state_dir else None)
         # Bumped on every key change; a new actor starts a new epoch, so no gateway keeps a stale list.
         self._epoch, self._changes = uuid.uuid4().hex[:8], 0
