@@ -118,7 +118,11 @@ def build_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ray_connection.connect(
-            settings.ray_address, settings.ray_num_cpus, settings.ray_namespace, settings.ray_dashboard
+            settings.ray_address,
+            settings.ray_num_cpus,
+            settings.ray_namespace,
+            dashboard=settings.ray_dashboard,
+            agents=settings.ray_agents,
         )
         cluster = ControllerClient(controller, on_lost=_stop_this_process)
         cluster.queued = admission.waiting  # autoscaling counts requests queued here as load

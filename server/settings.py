@@ -93,8 +93,15 @@ class Settings:
     ray_dashboard: bool = setting(
         False,
         env="RAYGATE_RAY_DASHBOARD",
-        help="the embedded Ray keeps its dashboard (port 8265) and autoscaler monitor; without "
-        "it they are stopped once Ray is up (~190 MB that Raygate never uses)",
+        help="the embedded Ray runs all of its own processes (needs ray[default]): its dashboard (port "
+        "8265), autoscaler monitor, log monitor and the raylet's agents; without it they are stopped "
+        "once Ray is up or stood in for (~430 MB that Raygate never uses)",
+    )
+    ray_agents: bool = setting(
+        False,
+        env="RAYGATE_RAY_AGENTS",
+        help="the embedded raylet runs Ray's own dashboard and runtime-env agents (~190 MB: Ray's "
+        "metrics export with ray[default]) instead of Raygate's stand-ins; implied by --ray-dashboard",
     )
     state_dir: Path | None = setting(
         None,

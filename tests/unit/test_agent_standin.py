@@ -59,10 +59,10 @@ def _wait_for(path: Path) -> str:
 def test_the_raylet_command_runs_the_standin_for_both_agents_and_keeps_the_real_runtime_env_agent():
     lean = lean_raylet_command(_raylet_command("/s"))
     dashboard = _agent(lean, "--dashboard_agent_command=")
-    assert dashboard[2] == str(STANDIN) and "--" not in dashboard
+    assert dashboard[4] == str(STANDIN) and "--" not in dashboard
     assert "--ports=metrics_agent_port,metrics_export_port,dashboard_agent_listen_port" in dashboard
     runtime_env = _agent(lean, "--runtime_env_agent_command=")
-    assert runtime_env[2] == str(STANDIN)
+    assert runtime_env[4] == str(STANDIN)
     real = runtime_env[runtime_env.index("--") + 1 :]
     assert real[2] == "main.py" and "--runtime-env-agent-port=0" in real
     assert "--host=127.0.0.1" in runtime_env and "--port-flag=runtime-env-agent-port" in runtime_env

@@ -2,7 +2,7 @@
 process of the standard library alone, where each agent is a ~80-105 MB Python process that
 imports much of Ray.
 
-Run as a file (`python agent_standin.py --ports=... --session-dir=... --node-id=... [-- AGENT...]`),
+Run as a file (`python -I -S agent_standin.py --ports=... --session-dir=... --node-id=... [-- AGENT...]`),
 never imported: it must start without Ray or Raygate. The raylet waits for its agents' port files
 and fate-shares with them, so this writes the files and lives as long as the raylet:
 
@@ -25,7 +25,6 @@ import os
 import select
 import socket
 import sys
-from pathlib import Path
 
 NOT_SERVED = -1
 
@@ -39,9 +38,10 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 def _persist(session_dir: str, node_id: str, name: str, port: int) -> None:
     """Ray's port file (`ray._raylet.persist_port`): `<name>_<node id>` holding the port, written
     whole (rename) because the raylet polls for it."""
-    path = Path(session_dir) / f"{name}_{node_id}"
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(str(port))
+    path = os.path.join(session_dir, f"{name}_{node_id}")
+    partial = os.path.join(session_dir, f".{name}_{node_id}.{os.getpid()}")
+    with open(partial, "w") as out:
+        out.write(str(port))
     os.replace(partial, path)
 
 

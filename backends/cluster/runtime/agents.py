@@ -47,7 +47,8 @@ def _standin(real: list[str], ports: str, port_flag: str | None) -> list[str] | 
     carried = [arg for arg in real if arg.startswith(_CARRIED)]
     if len(carried) != len(_CARRIED):
         return None
-    command = [sys.executable, "-u", str(STANDIN), f"--ports={ports}", *carried]
+    # -I -S: the standard library alone (no site-packages, no PYTHON* variables): ~10 MB.
+    command = [sys.executable, "-u", "-I", "-S", str(STANDIN), f"--ports={ports}", *carried]
     if port_flag is None:
         return command
     host = next((arg.split("=", 1)[1] for arg in real if arg.startswith("--node-ip-address=")), None)

@@ -15,7 +15,8 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import ray
 
-from raygate.backends.cluster.runtime import agents, embedded
+from raygate.backends.cluster.runtime import agents as raylet_agents
+from raygate.backends.cluster.runtime import embedded
 from raygate.backends.cluster.runtime.worker_logs import WorkerLogs
 
 NAMESPACE = "raygate"
@@ -49,13 +50,15 @@ def connect(
     num_cpus: float | None = None,
     namespace: str = NAMESPACE,
     dashboard: bool = False,
+    agents: bool = False,
 ) -> None:
     """Attach to `address` (an existing cluster), or start an embedded single-node Ray.
 
     The embedded cluster is private to this process, so Ray's token auth is turned off for it; an
     existing cluster keeps whatever auth mode its operator chose. The namespace scopes the named
     actors (controller, replicas): gateways in the same namespace share them. `dashboard`: the
-    embedded cluster keeps Ray's dashboard and autoscaler monitor (`start_local`).
+    embedded cluster keeps all of Ray's processes; `agents`: its raylet runs Ray's own agents
+    (`start_local`).
     """
     if ray.is_initialized():
         return
@@ -69,6 +72,7 @@ def connect(
         # dashboard, else through a thread of this process (worker_logs.py, ~80 MB less).
         context = start_local(
             dashboard=dashboard,
+            agents=agents,
             namespace=namespace,
             num_cpus=num_cpus,
             log_to_driver=dashboard,
@@ -80,7 +84,7 @@ def connect(
             _worker_logs[-1].start()
 
 
-def start_local(*, dashboard: bool = False, **init_args: Any) -> Any:
+def start_local(*, dashboard: bool = False, agents: bool = False, **init_args: Any) -> Any:
     """`ray.init` of a new single-node cluster, started again (up to START_ATTEMPTS times) when
     its raylet died during the start; returns Ray's context. LOCAL_RAY_ENV applies unless the
     environment says otherwise. Without `dashboard`, only what Raygate uses keeps running
@@ -91,7 +95,7 @@ def start_local(*, dashboard: bool = False, **init_args: Any) -> Any:
         try:
             # `local`: a new cluster even where another one runs on this host (`ray start`);
             # without it `ray.init` attaches to the latest of those, someone else's.
-            with agents.standing_in() if not dashboard else contextlib.nullcontext():
+            with raylet_agents.standing_in() if not (dashboard or agents) else contextlib.nullcontext():
                 context = ray.init(address="local", include_dashboard=dashboard, **init_args)
         except Exception as exc:
             if attempt == START_ATTEMPTS or not is_start_failure(str(exc)):
