@@ -4,12 +4,13 @@ process counted.
     python -m bench.footprint               # 300 requests each (also run by `make bench`)
     python -m bench.footprint --requests 40 # a quick check
 
-Both servers start side by side: `raygate serve` with `models/default.yaml` (what `make serve`
+The servers start side by side: `raygate serve` with `models/default.yaml` (what `make serve`
 runs: the chat model, 8 sequences per decode, and the embedding model) and llama-server on the
-same GGUF with the bench's flags (`-np 8`, `-c` = 8 x n_ctx). Each gets the same streamed
+same GGUF with the bench's flags (`-np 8`, `-c` = 8 x n_ctx), as its users run it and with
+`--cache-ram` equal to Raygate's prompt store (`EQUAL_CACHE`). Each gets the same streamed
 completions at c=8, the first half new prompts, the second half a shared ~300-token opening with a
 new question each (so the replica's host copies of evicted slots, `prompt_cache_ram_mib`, fill as
-llama-server's `--cache-ram` does); then both idle `--settle` seconds and every process is read.
+llama-server's `--cache-ram` does); then all idle `--settle` seconds and every process is read.
 
 Raygate's processes are the gateway and everything below it (Ray's GCS, raylet, agents, workers,
 replicas, the watchdog).
@@ -32,10 +33,15 @@ from typing import Any
 from bench import plan, servers
 from bench.client import Workload, run_http
 from bench.run import _llama_server_command, _llama_settings
+from raygate.backends.engines.llama_cpp.model import DEFAULT_PROMPT_CACHE_RAM_MIB
 from raygate.server.settings import DEFAULT_CONFIG
 
 log = logging.getLogger("bench")
 RESULTS = Path(__file__).resolve().parent / "results"
+# llama-server keeps evicted slots' states in host memory up to `--cache-ram` (8,192 MiB by
+# default: what its users run, and it grows with the traffic); Raygate's replica up to
+# `prompt_cache_ram_mib` (128 MiB by default). The second peer row holds the same as Raygate.
+EQUAL_CACHE = f"llama-server --cache-ram {int(DEFAULT_PROMPT_CACHE_RAM_MIB)}"
 REQUESTS = 300
 CONCURRENCY = 8
 MAX_TOKENS = 16
@@ -99,8 +105,13 @@ def run(requests: int, settle_s: float, log_dir: Path) -> dict[str, Any]:
             servers.PORT,
         ],
         "llama-server": _llama_server_command(gguf, int(engine.get("n_ctx", 2048))),
+        EQUAL_CACHE: [
+            *_llama_server_command(gguf, int(engine.get("n_ctx", 2048))),
+            "--cache-ram",
+            str(int(DEFAULT_PROMPT_CACHE_RAM_MIB)),
+        ],
     }
-    health = {"make serve": "/ready", "llama-server": "/health"}
+    health = {"make serve": "/ready", "llama-server": "/health", EQUAL_CACHE: "/health"}
     procs = {
         name: servers.start(name, argv, log_dir / f"{name.replace(' ', '-')}.log", env)
         for name, argv in commands.items()
@@ -135,7 +146,7 @@ def run(requests: int, settle_s: float, log_dir: Path) -> dict[str, Any]:
 
 def markdown(record: dict[str, Any]) -> str:
     targets = record["targets"]
-    ours, peer = targets["make serve"], targets["llama-server"]
+    ours = targets["make serve"]
     lines = [
         f"Footprint idle after {record['requests']} requests each (c={CONCURRENCY}, {MAX_TOKENS} tokens), "
         f"load {record['load'][0]:.1f}",
@@ -147,10 +158,12 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {len(t['processes'])} | {t['rss_mb']:.0f} | {t['pss_mb']:.0f} | {t['failed']} |"
         )
-    lines.append(
-        f"| make serve / llama-server | | **{ours['rss_mb'] / peer['rss_mb']:.2f}×** | "
-        f"**{ours['pss_mb'] / peer['pss_mb']:.2f}×** | |"
-    )
+    for name, peer in targets.items():
+        if name != "make serve":
+            lines.append(
+                f"| make serve / {name} | | **{ours['rss_mb'] / peer['rss_mb']:.2f}×** | "
+                f"**{ours['pss_mb'] / peer['pss_mb']:.2f}×** | |"
+            )
     lines += ["", "| make serve's process | RSS MB | PSS MB |", "| --- | --- | --- |"]
     lines += [f"| {r['name']} | {r['rss_mb']:.0f} | {r['pss_mb']:.0f} |" for r in ours["processes"]]
     return "\n".join(lines)
