@@ -143,7 +143,8 @@ def build_app(settings: Settings) -> FastAPI:
             ledger_tasks = [asyncio.create_task(writer.run()), asyncio.create_task(key_sync.run())]
             app.state.batches = BatchStoreClient(stores)
             log.info(
-                "files and batches in %s", (await app.state.batches.start())["path"] or "the store's memory"
+                "files and batches in %s",
+                (await app.state.batches.start())["path"] or "the stores actor's memory",
             )
             if settings.batch_max_running > 0:
                 runner = app.state.batch_runner = BatchRunner(
@@ -275,7 +276,7 @@ def _log_origin(info: dict[str, Any], settings: Settings) -> None:
 
 def _log_store(info: dict[str, Any], settings: Settings) -> None:
     """Say where stored responses live; the first gateway of a namespace decides (like the registry)."""
-    log.info("stored responses (POST /v1/responses) in %s", info["path"] or "the store actor's memory")
+    log.info("stored responses (POST /v1/responses) in %s", info["path"] or "the stores actor's memory")
     wanted = settings.state_dir
     if wanted is not None and info["path"] is not None and not info["path"].startswith(str(wanted)):
         log.warning("attached to a response store in %s, not in --state-dir %s", info["path"], wanted)

@@ -1,7 +1,7 @@
 """The batch runner: a task in each gateway that claims batch lines from the batch store and runs
 them as requests to this gateway's own routes, at the lowest admission priority.
 
-Where it lives, and why: batch *state* is the store actor's (`backends/cluster/stores/batches.py`,
+Where it lives, and why: batch *state* is the stores actor's (`backends/cluster/stores/batches.py`,
 placed with the controller, persisted under `--state-dir`), so it outlives every gateway; the
 *work* is done by gateways, because that is where the serving layer is. A line is one in-process
 ASGI request to the app (`POST /v1/chat/completions` with the line's body), through the same

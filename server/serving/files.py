@@ -3,7 +3,7 @@ list, read, download and delete, each key seeing only its own files.
 
 Files belong to the API key that uploaded them (or, for a batch's results, that created the
 batch), keyed by the key's digest as stored responses are (`stored_responses.owner_of`): another
-key's file id answers 404 like an unknown one. The bytes live in the batch store actor
+key's file id answers 404 like an unknown one. The bytes live in the stores actor
 (`backends/cluster/stores/batches.py`), under `--state-dir`.
 """
 
