@@ -6,10 +6,12 @@ buffer."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,20 @@ def test_key_changes_bump_the_version_gateways_poll() -> None:
     assert ledger.revoke_key("key_unknown") is None
     assert ledger.revoke_key(made.id) is not None
     assert ledger.keys(newer)[1] == []
+
+
+def test_a_gateways_wait_for_the_keys_ends_when_they_change_or_at_its_timeout() -> None:
+    ledger = Ledger(None, None)
+    version = ledger.keys(None)[0]
+    assert ledger.wait_keys(None, 5.0) == version  # the caller's version is old: at once
+    assert ledger.wait_keys(version, 0.05) == version  # nothing changed: the timeout
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the stores actor's watch thread
+        waiting = pool.submit(ledger.wait_keys, version, 30.0)
+        time.sleep(0.1)
+        assert not waiting.done()
+        ledger.create_key(KeyCreate(name="x"))  # on the ledger's own thread
+        newer = waiting.result(timeout=5)
+    assert newer != version and newer == ledger.keys(None)[0]
 
 
 def test_the_key_store_follows_the_ledger() -> None:

@@ -41,11 +41,13 @@ class StoreActorClient:
         info: dict[str, Any] = await self._call("info")
         return info
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, part: str | None = None) -> Any:
+        """`method` of the store, through the stores actor's `part` method (the store's own
+        unless told)."""
         deadline, pause = time.monotonic() + RESTART_WAIT_S, 0.1
         while True:
             try:
-                return await getattr(self._actor, self.part).remote(method, *args)
+                return await getattr(self._actor, part or self.part).remote(method, *args)
             except RayActorError as exc:
                 if time.monotonic() + pause > deadline:
                     raise self.errors.error(exc, self.what) from None

@@ -27,6 +27,9 @@ from raygate.backends.cluster.stores.responses import ResponseStore
 
 STORES_NAME = "stores"
 PARTS = ("responses", "batches", "ledger")
+# Gateways waiting for the ledger's keys to change (`Ledger.wait_keys`), each on a thread of its
+# own while it waits; a gateway beyond these waits for a thread, at most one wait's timeout.
+KEY_WATCHERS = 64
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,22 @@ class StoreHost:
     def ledger(self, method: str, *args: Any) -> Any:
         return getattr(self._ledger, method)(*args)
 
+    @ray.method(concurrency_group="key_watch")
+    def ledger_watch(self, method: str, *args: Any) -> Any:
+        """`Ledger.wait_keys` alone: it blocks, and touches no database."""
+        if method != "wait_keys":
+            raise ValueError(f"{method} is not a wait of the ledger")
+        return self._ledger.wait_keys(*args)
+
 
 def connect_stores(settings: StoreSettings, state_resource: str | None = None) -> Any:
     """The namespace's stores: the existing actor, or a new one where the controller goes.
     Get-or-create is atomic in Ray, so gateways starting together still share one."""
     return (
         # Ray's stubs omit `concurrency_groups`, which only `ray.remote` (not `.options`) takes.
-        ray.remote(concurrency_groups=dict.fromkeys(PARTS, 1))(StoreHost)  # type: ignore[call-overload]
+        ray.remote(concurrency_groups={**dict.fromkeys(PARTS, 1), "key_watch": KEY_WATCHERS})(  # type: ignore[call-overload]
+            StoreHost
+        )
         .options(
             name=STORES_NAME,
             get_if_exists=True,

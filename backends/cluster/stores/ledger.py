@@ -20,6 +20,7 @@ the number of gateways.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class Ledger:
         self._db = LedgerDB(database_url, Path(state_dir) if state_dir else None)
         # Bumped on every key change; a new actor starts a new epoch, so no gateway keeps a stale list.
         self._epoch, self._changes = uuid.uuid4().hex[:8], 0
+        # Wakes the gateways' `wait_keys` calls (their own threads: host.py) when the keys change.
+        self._keys_changed = threading.Condition()
         self._running: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         log.info("ledger at %s", self._db.where)
@@ -136,6 +139,19 @@ class Ledger:
 
     # --- keys ----------------------------------------------------------------------------------
 
+    def _bump(self) -> None:
+        with self._keys_changed:
+            self._changes += 1
+            self._keys_changed.notify_all()
+
+    def wait_keys(self, version: str | None, timeout: float) -> str:
+        """The keys' version once it differs from `version`, or after `timeout` seconds: a
+        gateway's long poll (server/access/key_sync.py). Touches no database, so it may run on
+        another thread than the ledger's other calls."""
+        with self._keys_changed:
+            self._keys_changed.wait_for(lambda: self._version() != version, timeout)
+            return self._version()
+
     def keys(self, version: str | None) -> tuple[str, list[StoredKey] | None]:
         """The current version, and the active keys unless the caller already has that version."""
         current = self._version()
@@ -143,7 +159,7 @@ class Ledger:
 
     def create_key(self, body: KeyCreate) -> KeyCreated:
         created = self._db.create_key(body)
-        self._changes += 1
+        self._bump()
         return created
 
     def list_keys(self) -> list[KeyInfo]:
@@ -160,7 +176,7 @@ class Ledger:
             rotated = self._db.rotate_key(key_id)
         except UnknownKeyError:
             return None
-        self._changes += 1
+        self._bump()
         return rotated
 
     def revoke_key(self, key_id: str) -> KeyInfo | None:
@@ -168,7 +184,7 @@ class Ledger:
             revoked = self._db.revoke_key(key_id)
         except UnknownKeyError:
             return None
-        self._changes += 1
+        self._bump()
         return revoked
 
     # --- audit ---------------------------------------------------------------------------------
@@ -191,3 +207,8 @@ class LedgerClient(StoreActorClient):
 
     async def call(self, method: str, *args: Any) -> Any:
         return await self._call(method, *args)
+
+    async def wait_keys(self, version: str | None, timeout: float) -> str:
+        """`Ledger.wait_keys`, on the stores actor's watch threads (host.py)."""
+        current: str = await self._call("wait_keys", version, timeout, part="ledger_watch")
+        return current
