@@ -7,7 +7,9 @@ so the engine builds its own from llama.cpp's samplers:
         -> greedy | (temperature -> min_p -> top_k -> top_p -> random draw)
 
 The order is vLLM's (penalties before temperature; min_p, top_k and top_p on the tempered
-distribution). The mask (`token_mask.py`: min_tokens, ignore_eos, bad_words, allowed_token_ids)
+distribution). A chain of only (repetition penalty ->) temperature -> draw, the default of an
+OpenAI client, is drawn in NumPy instead, at a fraction of the chain's cost (tempered_draw.py).
+The mask (`token_mask.py`: min_tokens, ignore_eos, bad_words, allowed_token_ids)
 is written into the logits row itself. The repetition penalty is vLLM's: it covers the prompt and
 the output, so its sampler is fed the prompt first; frequency and presence cover the output only.
 
@@ -34,7 +36,8 @@ from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
 from raygate.backends.engines import tool_calls
-from raygate.backends.engines.llama_cpp import gbnf, int_range
+from raygate.backends.engines.llama_cpp import gbnf, int_range, tempered_draw
+from raygate.backends.engines.llama_cpp.tempered_draw import TemperedDraw
 from raygate.backends.engines.llama_cpp.token_mask import TokenMask
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import SamplingParams, ToolsSpec
@@ -123,9 +126,13 @@ class TokenSampler:
         n_vocab: int,
         mask: TokenMask | None = None,
         lazy_vocab: Any = None,
+        plain: TemperedDraw | None = None,
     ) -> None:
-        """`lazy_vocab`: the vocabulary, when `grammar` is lazy (waits for `<tool_call>`)."""
+        """`lazy_vocab`: the vocabulary, when `grammar` is lazy (waits for `<tool_call>`).
+        `plain`: draws in the chain's stead (no grammar, a chain of only penalty, temperature and
+        draw: tempered_draw.py)."""
         self._chain = chain
+        self._plain = plain
         self._grammar = grammar
         self._n_vocab = n_vocab
         self._mask = mask
@@ -168,6 +175,8 @@ class TokenSampler:
         if self._forced:
             token = self._forced.pop(0)
             llama_cpp.llama_sampler_accept(self._chain.sampler, token)
+            if self._plain is not None:
+                self._plain.accept(token)
             if self._mask is not None:
                 self._history.append(token)
             return token
@@ -181,7 +190,7 @@ class TokenSampler:
 
     def _next(self, ctx: Any, row: int, kept: np.ndarray | None) -> int:
         logits = kept
-        if logits is None and (self._mask is not None or self._grammar_on):
+        if logits is None and (self._mask is not None or self._grammar_on or self._plain is not None):
             ptr = llama_cpp.llama_get_logits_ith(ctx, row)
             logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         if logits is None:  # the common case: llama.cpp's chain reads the row itself
@@ -201,6 +210,8 @@ class TokenSampler:
         return self._grammar is not None and not self._dormant
 
     def _sample(self, logits: np.ndarray, ctx: Any, row: int, kept: bool) -> int:
+        if self._plain is not None:
+            return self._plain.draw(logits)
         if not self._grammar_on:
             if not kept:  # the row, masked in place
                 return int(llama_cpp.llama_sampler_sample(self._chain.sampler, ctx, row))
@@ -328,8 +339,8 @@ def build_sampler(
                 param="logit_bias",
             )
         chain.add_logit_bias(n_vocab, sampling.logit_bias)
+    window = context_length or len(prompt or []) + (sampling.max_tokens or 0) or 1
     if sampling.repetition_penalty != 1.0:
-        window = context_length or len(prompt or []) + (sampling.max_tokens or 0) or 1
         _repetition_penalty(chain, n_vocab, sampling.repetition_penalty, prompt or [], window)
     if sampling.presence_penalty or sampling.frequency_penalty:
         chain.add_penalties(
@@ -346,7 +357,11 @@ def build_sampler(
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
     if grammar is None:
-        return TokenSampler(chain, None, n_vocab, mask)
+        plain = None
+        if tempered_draw.applies(sampling):
+            penalty = sampling.repetition_penalty
+            plain = TemperedDraw(n_vocab, sampling.temperature, seed, penalty, prompt, window)
+        return TokenSampler(chain, None, n_vocab, mask, plain=plain)
     text, lazy = grammar
     if lazy:
         patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())
