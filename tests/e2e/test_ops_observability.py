@@ -41,7 +41,6 @@ def test_metrics_count_a_real_chat(client: openai.OpenAI, gateway: GatewayProces
     assert metric(after, "raygate:num_requests_running", **labels) == 0
     assert metric(after, "raygate:num_requests_waiting", **labels) == 0
     assert metric(after, "raygate:replicas_ready", **labels) == 1
-    assert metric(after, "raygate:replicas_ready", model_name=EMBED_MODEL) == 1
     assert metric(after, "raygate:replica_restarts_total", **labels) == 0
     # The llama.cpp engine looked the prompt up in its prompt cache: one hit or one miss.
     looked_up = grew("raygate:prompt_cache_hits_total") + grew("raygate:prompt_cache_misses_total")
@@ -128,11 +127,15 @@ def test_metrics_content_type(gateway: GatewayProcess) -> None:
     assert "# TYPE raygate:time_to_first_token_seconds histogram" in r.text
 
 
-def test_health_and_ready(gateway: GatewayProcess) -> None:
+def test_health_and_ready(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    """The embedding model loads on its first request (models/default.yaml): after one, both
+    models have their replica, in /ready and in the replicas gauge."""
     assert httpx.get(f"{gateway.url}/health").json() == {"status": "ok"}
+    assert client.embeddings.create(model=EMBED_MODEL, input="wake up").data[0].embedding
     r = httpx.get(f"{gateway.url}/ready")
     assert r.status_code == 200
     assert r.json() == {"status": "ready", "replicas": {CHAT_MODEL: 1, EMBED_MODEL: 1}}
+    assert metric(scrape(gateway.url), "raygate:replicas_ready", model_name=EMBED_MODEL) == 1
 
 
 def test_request_id_is_kept_generated_or_replaced(ops_gateway: GatewayProcess, admin: httpx.Client) -> None:
