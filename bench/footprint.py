@@ -173,8 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.footprint", description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=REQUESTS)
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="idle seconds before reading")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="a folder: footprint-<date>.json and .md go in it"
+    )
     args = parser.parse_args(argv)
+    if args.out.suffix in (".json", ".md"):
+        parser.error("--out is a folder (the files are named footprint-<date>.json and .md)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="raygate-footprint-") as logs:

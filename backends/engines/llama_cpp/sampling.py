@@ -129,8 +129,8 @@ class TokenSampler:
         plain: TemperedDraw | None = None,
     ) -> None:
         """`lazy_vocab`: the vocabulary, when `grammar` is lazy (waits for `<tool_call>`).
-        `plain`: draws in the chain's stead (no grammar, a chain of only penalty, temperature and
-        draw: tempered_draw.py)."""
+        `plain`: draws in the (then empty) chain's stead: no grammar, and only penalty,
+        temperature and draw asked for (tempered_draw.py)."""
         self._chain = chain
         self._plain = plain
         self._grammar = grammar
@@ -331,6 +331,10 @@ def build_sampler(
     mask = TokenMask.build(llm, sampling, grammar_ends=grammar is not None)
     vocab = llm._model.vocab
     chain = LlamaSampler()
+    window = context_length or len(prompt or []) + (sampling.max_tokens or 0) or 1
+    if grammar is None and tempered_draw.applies(sampling):  # the chain stays empty
+        plain = TemperedDraw(n_vocab, sampling.temperature, seed, sampling.repetition_penalty, prompt, window)
+        return TokenSampler(chain, None, n_vocab, mask, plain=plain)
     if sampling.logit_bias:
         bad = [t for t in sampling.logit_bias if not 0 <= t < n_vocab]
         if bad:
@@ -339,7 +343,6 @@ def build_sampler(
                 param="logit_bias",
             )
         chain.add_logit_bias(n_vocab, sampling.logit_bias)
-    window = context_length or len(prompt or []) + (sampling.max_tokens or 0) or 1
     if sampling.repetition_penalty != 1.0:
         _repetition_penalty(chain, n_vocab, sampling.repetition_penalty, prompt or [], window)
     if sampling.presence_penalty or sampling.frequency_penalty:
@@ -357,11 +360,7 @@ def build_sampler(
         chain.add_top_p(sampling.top_p, 1)
         chain.add_dist(seed)
     if grammar is None:
-        plain = None
-        if tempered_draw.applies(sampling):
-            penalty = sampling.repetition_penalty
-            plain = TemperedDraw(n_vocab, sampling.temperature, seed, penalty, prompt, window)
-        return TokenSampler(chain, None, n_vocab, mask, plain=plain)
+        return TokenSampler(chain, None, n_vocab, mask)
     text, lazy = grammar
     if lazy:
         patterns = (ctypes.c_char_p * 1)(tool_calls.TRIGGER_PATTERN.encode())

@@ -7,7 +7,8 @@ at a time over its 49k-entry candidate array (copy the row, divide, `expf`, runn
 a token here, 4 % of a decode step at one stream and 8 x that per step at eight, where
 llama-server's default chain (top_k 40 first) costs a fraction. In NumPy the same arithmetic is
 vectorised: divide and `exp` over the row, then the inverse-CDF search in two levels (sums of
-256-entry blocks, then within one block) instead of a running sum over all of it: ~0.08 ms.
+256-entry blocks, then within one block) instead of a running sum over all of it: 0.06 ms with
+the row in cache, ~0.2 ms right after a decode (docs/performance.md, "The sampler's plain case").
 
 Same distribution as the chain (float32 `exp(logit/T - max)`, one uniform draw), and as
 reproducible: a request's seed seeds its own generator, so a seeded request draws the same tokens
