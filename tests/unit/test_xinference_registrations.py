@@ -153,3 +153,17 @@ def test_a_damaged_registrations_file_is_refused_with_its_path(tmp_path: Path) -
     (tmp_path / REGISTRATIONS_FILE).write_text('{"format": 1, "registrations": [{"model_type": "LLM"}]}')
     with pytest.raises(StateFileError, match=REGISTRATIONS_FILE):
         load_registrations(tmp_path)
+
+
+def test_a_launched_built_in_runs_the_launchs_replicas_whatever_its_autoscaling(tmp_path: Path) -> None:
+    """models/default.yaml's embedding model loads on demand (autoscaling from zero); Xinference's
+    launch loads a model now, on `replica` copies."""
+    on_demand = ModelConfig(
+        name="builtin-embed",
+        task="embed",
+        source={"path": str(MINILM)},  # type: ignore[arg-type]
+        autoscaling={"min_replicas": 0, "max_replicas": 1},  # type: ignore[arg-type]
+    )
+    regs = Registrations(tmp_path, [on_demand])
+    spec = regs.launch_spec(LaunchRequest(model_name="builtin-embed", model_type="embedding", replica=2))
+    assert spec.replicas == 2 and spec.autoscaling is None and spec.source == on_demand.source

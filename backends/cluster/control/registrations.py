@@ -278,6 +278,9 @@ class Registrations:
                 "source": spec_source(spec, quantization),
                 "engine": self._engine_defaults(reg, backend),
             }
+        # Xinference's launch loads the model now, on `replica` copies: a built-in's autoscaling
+        # (models/default.yaml's embedding model loads on demand) does not carry over.
+        body.pop("autoscaling", None)
         body.update(name=uid, replicas=req.replica, origin=origin.model_dump(mode="json"))
         body["engine"] = {**body.get("engine", {}), **req.engine_options()}
         if isinstance(req.n_gpu, int):
