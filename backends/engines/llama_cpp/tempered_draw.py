@@ -62,12 +62,13 @@ class TemperedDraw:
         self._buf = np.zeros(padded, dtype=np.float32)  # the tail past n_vocab stays 0
         self._blocks = self._buf.reshape(-1, _BLOCK)
         self._penalty = np.float32(penalty)
-        self._recent: collections.deque[int] | None = None
+        self._recent: collections.deque[int] | None = None  # None: no penalty
+        self._counts: collections.Counter[int] = collections.Counter()
+        self._seen: np.ndarray | None = None  # the counted ids as an array, rebuilt on change
         if penalty != 1.0:
-            self._recent = collections.deque(maxlen=max(1, window))
-            self._counts: collections.Counter[int] = collections.Counter()
-            self._seen: np.ndarray | None = None  # the counted ids as an array, rebuilt on change
-            for token in (prompt or [])[-max(1, window) :]:
+            window = max(1, window)
+            self._recent = collections.deque(maxlen=window)
+            for token in (prompt or [])[-window:]:
                 self.accept(token)
 
     def accept(self, token: int) -> None:
@@ -89,15 +90,17 @@ class TemperedDraw:
         """The next token from `logits` (left as they were), accepted."""
         z = self._buf[: self._n]
         source = logits
-        if self._recent is not None and self._counts:
+        if self._counts:
             if self._seen is None:
                 self._seen = np.fromiter(self._counts, dtype=np.int64, count=len(self._counts))
             z[:] = logits
             seen = z[self._seen]
             z[self._seen] = np.where(seen > 0, seen / self._penalty, seen * self._penalty)
             source = z
-        top = source.max()  # the row is read and written as few times as it can be: its 196 KB
-        if not np.isfinite(top):  # have left the cache by the time the decode returns
+        # The row is read and written as few times as it can be: its 196 KB have left the cache
+        # by the time the decode returns.
+        top = source.max()
+        if not np.isfinite(top):
             raise RuntimeError("the sampler chain selected no token")
         np.subtract(source, top, out=z)
         if self._scale != 1:
