@@ -44,12 +44,11 @@ KV_CACHE_TYPES: dict[str, int] = {
 
 # Generation only (not embeddings): llama.cpp's flash attention, which llama-server turns on for a
 # CPU (`-fa auto`; `Llama` leaves it off): a decode step of 8 sequences 10-20 % shorter on 2 cores.
-# Its V cache in Q8_0, not llama-server's F16: with K and V both F16, llama.cpp's CPU kernel takes
-# a tiled path for 64 or more query rows and a KV-split one for a single row, so a token's numbers
-# depend on how its prompt was cut into decodes and a prompt-cache hit changed greedy answers (10
-# of 15); with V in another type than K every batch takes the one row-by-row kernel, as without
-# flash attention. Q8_0 also halves V's memory (-85 MB RSS at 8 x 2048 tokens of SmolLM2); the
-# model's perplexity on README.md moved by 0.01 % (docs/configuration.md).
+# Its V cache in Q8_0, not llama-server's F16: half V's memory (-85 MB RSS at 8 x 2048 tokens of
+# SmolLM2) at no cost in speed; the model's perplexity on README.md moved by 0.01 %. That greedy
+# answers do not depend on the prompt cache (how a prompt was cut into decodes) comes from Raygate's
+# llama.cpp build, which runs one flash-attention kernel for every batch, whatever V's type
+# (scripts/llama_cpp/0002-*.patch; docs/configuration.md).
 GENERATION_DEFAULTS: dict[str, Any] = {"flash_attn": True, "type_v": "q8_0"}
 
 
