@@ -7,8 +7,9 @@ Why a patched build: llama-cpp-python has no wheel for Linux on PyPI, so pip com
 anyway; this compiles the same sources plus the patches (each one says why, and what it
 measured): a faster Q8_0 V read in flash attention (the same numbers), and one flash-attention
 kernel for every batch (a token's numbers then do not depend on how its prompt was cut into
-decodes, the prompt cache's guarantee, and prompts evaluate faster). The wheel's version carries a local label (`0.3.36+raygate.2`),
-which the `==0.3.36` pins accept, so `pip list` shows which build is installed.
+decodes, the prompt cache's guarantee, and prompts evaluate faster). The wheel's version carries
+a local label (`0.3.36+raygate.2`), which the `==0.3.36` pins accept, so `pip list` shows which
+build is installed.
 
 The wheel is cached under ~/.cache/raygate/wheels/, keyed by the version, the patches and
 CMAKE_ARGS: a later `make setup` (or a new venv) installs it in seconds. Standard library only:
