@@ -103,6 +103,8 @@ async def traced_batches(
             if decode is not None and last is not None:
                 tokens = {"completion_tokens": last.completion_tokens, "deltas": len(batch)}
                 decode.add_event("tokens", tokens)
+            if last is not None and last.finish_reason is not None:
+                outcome = "finished"  # the engine ended it: the gateway may close before pulling again
             yield batch
         outcome = "finished"
     except Exception as exc:
