@@ -255,7 +255,9 @@ class Delta:
     `prompt_tokens` / `completion_tokens` are the engine's own running counts, so usage is exact
     without re-tokenising anything in the gateway. `logprobs` covers the tokens generated since
     the previous delta (text may lag behind them while a stop string is undecided);
-    `prompt_logprobs` arrives once, on the first delta, when it was asked for.
+    `prompt_logprobs` arrives once, on the first delta, when it was asked for. A delta with
+    nothing in it says tokens came whose text is not out yet (backends/engines/deltas.py): OpenAI
+    streams send it as an empty chunk, the other APIs send nothing for it.
     """
 
     text: str

@@ -28,6 +28,7 @@ class DeltaBuilder:
         self.cached_tokens: int | None = None
         # When it entered the engine's queue and left it for a slot (`Delta.queued`).
         self.queued: tuple[float, float] | None = None
+        self._sent = 0  # n_out when the last delta went out
 
     def delta(
         self,
@@ -67,7 +68,8 @@ class DeltaBuilder:
                 text, calls = text + tail, calls + more
                 if finish == "stop" and self.parser.called:
                     finish = "tool_calls"
-        if finish is None and not (text or reasoning or calls or self.logprobs or self.prompt_logprobs):
+        shown = text or reasoning or calls or self.logprobs or self.prompt_logprobs
+        if finish is None and not shown and not self._progress():
             return None
         delta = Delta(
             text,
@@ -84,4 +86,14 @@ class DeltaBuilder:
             queued=self.queued,
         )
         self.logprobs, self.prompt_logprobs = [], None
+        self._sent = self.n_out
         return delta
+
+    def _progress(self) -> bool:
+        """Whether tokens came that the text does not show yet (an unfinished UTF-8 character,
+        the start of a stop string) on a stream that parses nothing: then an empty delta goes
+        out, as `vllm serve` sends an empty chunk per token. A client's stream then keeps the
+        engine's rhythm instead of a gap twice as long (a stall, to a client measuring
+        inter-token latency) wherever a character spans two tokens. Tool calls and thinking
+        hold text on purpose and send nothing meanwhile, as vLLM's parsers do."""
+        return self.parser is None and self.splitter is None and self.n_out > self._sent

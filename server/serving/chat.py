@@ -129,24 +129,23 @@ class ChatServing(ChunkedServing[ChatCompletionRequest]):
         calls = _call_chunks(delta.tool_calls) if delta.tool_calls else None
         logprobs = ChoiceLogprobs.of(delta.logprobs) if self._logprobs and delta.logprobs else None
         plain = thought is None and delta.finish_reason is None and not calls and logprobs is None
-        if content is not None and plain:
+        if plain:
             # The per-token path: one template render, nothing built (see protocol/templates).
+            # Empty text too: a token whose text is not out yet (backends/engines/deltas.py).
             template = self._templates.get(index) or self._text_template(index)
-            return template.render(content)
-        if content is not None or thought is not None or calls or logprobs or delta.finish_reason is not None:
-            return self._chunk(
-                [
-                    ChatChunkChoice(
-                        index=index,
-                        delta=ChatDelta(
-                            content=content, reasoning_content=thought, reasoning=thought, tool_calls=calls
-                        ),
-                        logprobs=logprobs,
-                        finish_reason=delta.finish_reason,
-                    )
-                ]
-            )
-        return None
+            return template.render(delta.text)
+        return self._chunk(
+            [
+                ChatChunkChoice(
+                    index=index,
+                    delta=ChatDelta(
+                        content=content, reasoning_content=thought, reasoning=thought, tool_calls=calls
+                    ),
+                    logprobs=logprobs,
+                    finish_reason=delta.finish_reason,
+                )
+            ]
+        )
 
     def usage_chunk(self, usage: Usage) -> str:
         return self._chunk([], usage)

@@ -100,22 +100,21 @@ class CompletionServing(ChunkedServing[CompletionRequest]):
         offset = self._offsets.get(index, 0)
         logprobs = self._logprobs(entries, offset) if entries else None
         self._offsets[index] = offset + sum(len(e.token) for e in entries)
-        if delta.text and not echo and delta.finish_reason is None and logprobs is None:
+        if not echo and delta.finish_reason is None and logprobs is None:
             # The per-token path: one template render, nothing built (see protocol/templates).
+            # Empty text too: a token whose text is not out yet (backends/engines/deltas.py).
             template = self._templates.get(index) or self._text_template(index)
             return template.render(delta.text)
-        if echo or delta.text or logprobs or delta.finish_reason is not None:
-            return self._chunk(
-                [
-                    CompletionChoice(
-                        index=index,
-                        text=echo + delta.text,
-                        logprobs=logprobs,
-                        finish_reason=delta.finish_reason,
-                    )
-                ]
-            )
-        return None
+        return self._chunk(
+            [
+                CompletionChoice(
+                    index=index,
+                    text=echo + delta.text,
+                    logprobs=logprobs,
+                    finish_reason=delta.finish_reason,
+                )
+            ]
+        )
 
     def usage_chunk(self, usage: Usage) -> str:
         return self._chunk([], usage)

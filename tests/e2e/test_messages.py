@@ -19,7 +19,7 @@ from anthropic.types import MessageParam, RawMessageStreamEvent
 
 from tests.support.gateway import GatewayProcess
 from tests.support.models import CHAT_MODEL, EMBED_MODEL
-from tests.support.ops import ADMIN_KEY, MAX_BODY, MESSAGES_LIMITED_KEY, SMOLLM_KEY, metric, scrape
+from tests.support.ops import ADMIN_KEY, MAX_BODY, MESSAGES_LIMITED_KEY, SMOLLM_KEY, metric, scrape, wait_for
 from tests.support.suites.messages import (  # noqa: F401
     GREEDY,
     HELLO,
@@ -124,6 +124,8 @@ def test_metrics_count_messages(anthropic_client: anthropic.Anthropic, gateway: 
 
     before = requests()
     anthropic_client.messages.create(model=CHAT_MODEL, max_tokens=2, messages=HELLO)
+    # Counted once the response has gone out, so maybe just after the client has read it.
+    wait_for(lambda: requests() >= before + 1, timeout=10, what="the request's count")
     assert requests() == before + 1
 
 

@@ -52,6 +52,8 @@ def test_metrics_count_ollama_requests(gateway: GatewayProcess) -> None:
     before, made = requests(), tokens()
     with ollama.Client(host=gateway.url, timeout=300) as c:
         reply = c.chat(model=CHAT_MODEL, messages=HELLO, options={"num_predict": 2})
+    # Counted once the response has gone out, so maybe just after the client has read it.
+    wait_for(lambda: requests() >= before + 1, timeout=10, what="the request's count")
     assert requests() == before + 1
     assert tokens() == made + (reply.eval_count or 0)
 

@@ -16,6 +16,7 @@ from tests.support.structured import penalty_must_change
 from tests.support.suites.parameters import (  # noqa: F401
     ASK,
     root,
+    test_a_stream_sends_a_chunk_per_token_while_a_character_is_incomplete,
     test_bad_logit_bias_is_400,
     test_developer_role_is_a_system_turn,
     test_logit_bias_forces_and_bans,

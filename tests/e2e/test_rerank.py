@@ -18,6 +18,7 @@ import pytest
 from tests.support.admin import settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess
 from tests.support.models import CHAT_MODEL, EMBED_MODEL
+from tests.support.ops import wait_for
 from tests.support.rerank import LOGIT_TOLERANCE, reference_logits, reranker_spec
 
 RERANKER = "tiny-reranker"
@@ -230,4 +231,5 @@ def test_metrics_count_rerank(default_gateway: GatewayProcess) -> None:
         ).status_code
         == 200
     )
+    wait_for(lambda: successes() >= before + 1, timeout=10, what="the request's count")
     assert successes() == before + 1

@@ -66,6 +66,7 @@ from tests.support.suites.logprobs import (  # noqa: F401
 )
 from tests.support.suites.models_endpoint import test_health, test_list_models, test_retrieve_model  # noqa: F401
 from tests.support.suites.parameters import (  # noqa: F401
+    test_a_stream_sends_a_chunk_per_token_while_a_character_is_incomplete,
     test_bad_logit_bias_is_400,
     test_developer_role_is_a_system_turn,
     test_logit_bias_forces_and_bans,

@@ -46,6 +46,52 @@ def test_logit_bias_forces_and_bans(client: openai.OpenAI, base_url: str) -> Non
     assert banned.choices[0].text and banned.choices[0].text != free.choices[0].text
 
 
+# Characters the byte-level vocabulary spells in several tokens (at least one of them does).
+RARE_CHARACTERS = ("\U00013000", "\U0001f701", "\ua66e")
+
+
+def test_a_stream_sends_a_chunk_per_token_while_a_character_is_incomplete(
+    client: openai.OpenAI, base_url: str
+) -> None:
+    """A token that leaves a character unfinished still gets its chunk, with empty text, as `vllm
+    serve` streams: a client's stream keeps the engine's pace instead of a gap twice as long
+    wherever a character spans two tokens. Forcing a character's first piece makes every token an
+    unfinished character."""
+    pieces = next(ids for ids in (token_ids(base_url, c) for c in RARE_CHARACTERS) if len(ids) > 1)
+    bias = {str(pieces[0]): 100}
+    completion = client.completions.create(
+        model=CHAT_MODEL,
+        prompt="Write:",
+        max_tokens=6,
+        logit_bias=bias,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(completion)
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 6
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert len(texts) == usage.completion_tokens  # one chunk per token
+    assert "" in texts[:-1]  # a token whose character is not whole yet
+    chat = client.chat.completions.create(
+        model=CHAT_MODEL,
+        messages=ASK,
+        max_tokens=6,
+        logit_bias=bias,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chat_chunks = list(chat)
+    usage = chat_chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 6
+    contents = [c.choices[0].delta.content for c in chat_chunks if c.choices]
+    assert contents[0] == ""  # the role's chunk, as OpenAI opens a stream
+    assert len(contents[1:]) == usage.completion_tokens
+    assert "" in contents[1:-1]
+
+
 @pytest.mark.parametrize("bias", [{"x": 1}, {"5": 101}, {"-3": 1}, {"99999999": 5}])
 def test_bad_logit_bias_is_400(base_url: str, bias: dict[str, float]) -> None:
     r = httpx.post(
