@@ -5,6 +5,7 @@ sampling suite too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -58,37 +59,32 @@ def test_a_stream_sends_a_chunk_per_token_while_a_character_is_incomplete(
     wherever a character spans two tokens. Forcing a character's first piece makes every token an
     unfinished character."""
     pieces = next(ids for ids in (token_ids(base_url, c) for c in RARE_CHARACTERS) if len(ids) > 1)
-    bias = {str(pieces[0]): 100}
-    completion = client.completions.create(
-        model=CHAT_MODEL,
-        prompt="Write:",
-        max_tokens=6,
-        logit_bias=bias,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(completion)
-    usage = chunks[-1].usage
-    assert usage is not None and usage.completion_tokens == 6
-    texts = [c.choices[0].text for c in chunks if c.choices]
-    assert len(texts) == usage.completion_tokens  # one chunk per token
+
+    def streamed(create: Callable[..., Any], **prompt: Any) -> tuple[list[Any], int]:
+        """The stream's chunks that carry a choice, and its completion tokens (usage)."""
+        chunks = list(
+            create(
+                model=CHAT_MODEL,
+                max_tokens=6,
+                logit_bias={str(pieces[0]): 100},
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                **prompt,
+            )
+        )
+        usage = chunks[-1].usage
+        assert usage is not None and usage.completion_tokens == 6
+        return [c.choices[0] for c in chunks if c.choices], usage.completion_tokens
+
+    choices, tokens = streamed(client.completions.create, prompt="Write:")
+    texts = [c.text for c in choices]
+    assert len(texts) == tokens  # one chunk per token
     assert "" in texts[:-1]  # a token whose character is not whole yet
-    chat = client.chat.completions.create(
-        model=CHAT_MODEL,
-        messages=ASK,
-        max_tokens=6,
-        logit_bias=bias,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chat_chunks = list(chat)
-    usage = chat_chunks[-1].usage
-    assert usage is not None and usage.completion_tokens == 6
-    contents = [c.choices[0].delta.content for c in chat_chunks if c.choices]
+    choices, tokens = streamed(client.chat.completions.create, messages=ASK)
+    contents = [c.delta.content for c in choices]
     assert contents[0] == ""  # the role's chunk, as OpenAI opens a stream
-    assert len(contents[1:]) == usage.completion_tokens
+    assert len(contents[1:]) == tokens
     assert "" in contents[1:-1]
 
 
