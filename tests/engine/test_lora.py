@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
+import numpy as np
 import pytest
 
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
+from raygate.backends.engines.model_files import resolve_model_file
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
 from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
@@ -54,6 +57,41 @@ def _request(lora: str | None, prompt: str = PROMPT, tokens: int = 16) -> Genera
 
 async def _answer(engine: Engine, lora: str | None, prompt: str = PROMPT) -> str:
     return "".join([d.text async for d in engine.generate(_request(lora, prompt))])
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0])
+def test_an_adapters_logits_do_not_depend_on_how_the_prompt_was_cut(
+    adapters: dict[str, Path], scale: float
+) -> None:
+    """Raygate's llama.cpp build computes a token's numbers the same way whatever shares its
+    batch, under a LoRA adapter too: its tensors are F32, which stock llama.cpp multiplies in one
+    order for a single row and in another for several (scripts/llama_cpp/0003-*). The prompt's
+    last logits, evaluated whole, token by token and three at a time, must be the same bits."""
+    model = str(resolve_model_file(SMOLLM2))
+
+    def last_logits(n_batch: int) -> np.ndarray:
+        llm = llama_cpp.Llama(
+            model,
+            n_ctx=256,
+            n_batch=n_batch,
+            n_ubatch=n_batch,
+            n_threads=1,
+            flash_attn=True,
+            type_v=llama_cpp.GGML_TYPE_Q8_0,
+            lora_path=str(adapters[A]),
+            lora_scale=scale,
+            logits_all=True,
+            verbose=False,
+        )
+        try:
+            llm.eval(llm.tokenize(PROMPT.encode()))
+            return np.array(llm.scores[llm.n_tokens - 1])
+        finally:
+            llm.close()
+
+    whole = last_logits(64)
+    for n_batch in (1, 3):
+        assert np.array_equal(last_logits(n_batch), whole), n_batch
 
 
 async def test_adapters_change_the_answer_and_differ(engine: Engine) -> None:
