@@ -535,7 +535,7 @@ async def test_a_fault_in_the_scheduler_fails_its_requests_and_the_engine_serves
     error instead of ending its thread, which left every stream, then and later, waiting for ever."""
     engine = await _engine(n_ctx=256, n_seq_max=2)
     assert isinstance(engine, BatchedLlamaCppEngine)
-    share = engine._share_prefixes
+    share = engine._slots.share_prefixes
     faults = [RuntimeError("a scheduler bug")]
 
     def faulty(*args: Any) -> None:
@@ -543,7 +543,7 @@ async def test_a_fault_in_the_scheduler_fails_its_requests_and_the_engine_serves
             raise faults.pop()
         share(*args)
 
-    engine._share_prefixes = faulty  # type: ignore[method-assign,assignment]
+    engine._slots.share_prefixes = faulty  # type: ignore[method-assign,assignment]
     with pytest.raises(EngineError):
         await asyncio.wait_for(run(engine, request(1, PROMPTS[1], max_tokens=4)), 60)
     _, last = await asyncio.wait_for(run(engine, request(2, PROMPTS[1], max_tokens=4)), 60)

@@ -278,13 +278,13 @@ async def test_a_batch_line_waits_while_an_interactive_request_waits_for_its_ada
     engine = await _batched_one_lora(adapters)
     assert isinstance(engine, BatchedLlamaCppEngine)
     placed: list[str] = []
-    place = engine._place
+    place = engine._slots.place
 
     def recorded(seq: Any, *args: Any) -> None:
         placed.append("line" if seq.rank[0] else "adapter")
         place(seq, *args)
 
-    engine._place = recorded  # type: ignore[method-assign]
+    engine._slots.place = recorded  # type: ignore[method-assign]
     holder = _request(A)
     holder.sampling = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
     running, _ = await _started(engine, holder)

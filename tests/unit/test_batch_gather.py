@@ -20,7 +20,7 @@ def test_an_idle_engine_takes_every_request_that_arrived_with_the_first_and_runs
     engine._incoming.put(None)  # what `_on_scheduler` puts to wake the scheduler
     engine._incoming.put(seqs[1])
     engine._incoming.put(seqs[2])
-    engine._take_incoming({}, [[] for _ in range(4)], [0] * 4)
+    engine._take_incoming({})
     assert engine._pending == seqs and [s.order for s in seqs] == [0, 1, 2]
     assert ran == ["command"] and done.done()
     assert engine._incoming.empty()
@@ -30,7 +30,8 @@ def test_a_busy_engine_takes_only_what_has_arrived() -> None:
     engine = BatchedLlamaCppEngine("never-loaded.gguf", engine_kwargs={"n_ctx": 64, "n_seq_max": 4})
     running = {0: sequence([9], 1, 90)}
     engine._incoming.put(first := sequence([1] * 4, 0, None))
-    engine._take_incoming(running, [[9], [], [], []], [1, 0, 0, 0])
+    engine._slots.cached[0], engine._slots.used[0] = [9], 1
+    engine._take_incoming(running)
     assert engine._pending == [first]
 
 

@@ -18,21 +18,10 @@ one after another, the first streams would stall through each later prompt's dec
 gaps at c=8 on 2 cores) and finish early, so that every next request's prompt stalled the
 others again.
 
-The slots are also a prompt cache, as llama-server's are: each remembers the tokens in its KV
-cache after its request ends, and a new prompt goes to the free slot sharing the longest prefix
-with it (a repeated system prompt, the earlier turns of a conversation), evaluating only the rest.
-A slot is only taken for its prefix when that prefix is most of what it holds (`prompt_store.SIMILARITY`);
-otherwise the least recently used free slot is, so one short shared opening (a chat template's
-default system prompt) does not evict a long conversation another client is about to continue;
-of those, one next to the running slots: llama.cpp decodes each run of consecutive sequence ids as
-a micro-batch of its own, a pass over all the weights (`decode_batch.fill` keeps slot order).
-A slot about to be overwritten is first copied to host memory (`prompt_store.py`, llama-server's
-`--cache-ram`; `engine: {prompt_cache_ram_mib: N}`, 0 turns it off), and a prompt that extends a
-stored one further than any slot does is copied back into its slot: with more conversations than
-slots, each still evaluates only its new turn. The logits at the last position of the latest
-prompts are kept too (one row each): a prompt seen exactly before (a retry, a regenerated
-answer) draws its first token from them the moment it arrives, with no decode, where llama-server
-evaluates its last token again.
+The slots are also a prompt cache, as llama-server's are, with host copies of evicted slots
+behind them (`slots.py`). The logits at the last position of the latest prompts are kept too
+(one row each): a prompt seen exactly before (a retry, a regenerated answer) draws its first token
+from them the moment it arrives, with no decode, where llama-server evaluates its last token again.
 `engine: {prompt_cache: false}` evaluates every prompt whole (greedy output is the same).
 
 Everything per request is shared with the one-sequence engine, as objects both hold rather than
@@ -50,9 +39,8 @@ slot and its sampled token, until its reader catches up or the stream is closed 
 
 LoRA adapters (`lora.py`): each decode carries the sequences of one adapter set, so a step with
 requests for several sets makes one `llama_decode` per set, switching the context's set between
-them (never mixing sets in one decode). A slot remembers the set its cells were computed under and
-gives its prefix only to a prompt under the same set; the host store and the kept logits serve
-base-model prompts only.
+them (never mixing sets in one decode). The kept logits serve base-model prompts only, as the
+slots' host store does.
 
 Prompt logprobs (completions `echo` + `logprobs`) need the logits of every prompt position, so such
 a sequence asks for them on each prompt token it feeds, and does not reuse a cached prefix.
@@ -63,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-import ctypes
 import itertools
 import logging
 import queue
@@ -80,7 +67,6 @@ from raygate.backends.engines.llama_cpp import logprobs, prefix_reuse
 from raygate.backends.engines.llama_cpp.decode_batch import (
     INTERACTIVE_RETURN_S,
     RunningSequence,
-    donor,
     fill,
     holds_first,
 )
@@ -88,14 +74,10 @@ from raygate.backends.engines.llama_cpp.kept_logits import KeptLogits
 from raygate.backends.engines.llama_cpp.lora import LoraAdapters, LoraKey
 from raygate.backends.engines.llama_cpp.model import LlamaModel, decode_error, llama_kwargs
 from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
-from raygate.backends.engines.llama_cpp.prompt_store import (
-    PromptStore,
-    StoredPrompt,
-    common_prefix,
-    pick_slot,
-)
+from raygate.backends.engines.llama_cpp.prompt_store import PromptStore
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
-from raygate.backends.engines.llama_cpp.vision import Projector, span_floor
+from raygate.backends.engines.llama_cpp.slots import Slots
+from raygate.backends.engines.llama_cpp.vision import Projector
 from raygate.backends.streams import Pump
 from raygate.protocol.config import ReasoningConfig
 from raygate.protocol.errors import BadRequestError
@@ -111,9 +93,6 @@ logger = logging.getLogger(__name__)
 
 # The `Llama` object is kept for the tokenizer and chat template only; its own context stays tiny.
 _TOKENIZER_CTX = 64
-# A slot's state goes to the host store only if at least this many of its tokens would be lost
-# (a copy costs ~0.3 ms per 100 tokens of SmolLM2; a short prefix is cheaper to evaluate again).
-STORE_MIN_TOKENS = 32
 # Deltas a sequence may run ahead of its stream's reader before it is paused.
 MAX_QUEUED_DELTAS = 64
 # When every running sequence is paused (no reader reads), how long the scheduler sleeps before
@@ -157,8 +136,6 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._projector_path = projector
         self._name = name
         kwargs, cache = llama_kwargs(engine_kwargs, generation=True)
-        self._prompt_cache = cache.enabled
-        self._store = PromptStore(cache.ram_bytes)
         self._n_seq = int(kwargs.pop("n_seq_max", 1))
         self._seq_ctx = int(kwargs.pop("n_ctx"))
         self._n_batch = int(kwargs.pop("n_batch", 512))
@@ -168,14 +145,12 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._incoming: queue.SimpleQueue[RunningSequence | None] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = queue.SimpleQueue()
         self._lora = LoraAdapters(max_loras)
-        self._slot_keys: list[LoraKey] = [() for _ in range(self._n_seq)]
         self._model: LlamaModel | None = None
         self._ctx: Any = None
-        self._clock = itertools.count(1)
         self._arrivals = itertools.count()
         # Sequences waiting for a slot, in `RunningSequence.queue_key` order (scheduler thread only).
         self._pending: list[RunningSequence] = []
-        self._reevaluated = prefix_reuse.REEVALUATED
+        self._slots = Slots(self._n_seq, PromptStore(cache.ram_bytes), cache.enabled, self._stats)
         self._kept = KeptLogits(self._n_seq)
         self._interactive_ended = -INTERACTIVE_RETURN_S  # time.monotonic() of the latest end
         self._ends: collections.deque[float] = collections.deque(maxlen=self._n_seq)  # (monotonic)
@@ -240,7 +215,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         """Draw the first token of a prompt whose logits are kept, at once, even while a decode
         runs: logits are a function of the prompt alone, whatever a slot holds by the time the
         sequence is admitted. Returns True if the sequence ended there (it needs no slot)."""
-        usable = self._prompt_cache and seq.prompt_top is None and not seq.lora
+        usable = self._slots.enabled and seq.prompt_top is None and not seq.lora
         kept = self._kept.get(seq.prompt) if usable else None
         if kept is None:
             return False
@@ -257,41 +232,37 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         from llama_cpp import _internals
 
         batch = _internals.LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
-        if self._prompt_cache:
-            # On the tokenizer's context (the same settings, so the same kernels), and on this
-            # thread: a decode on another thread leaves OpenMP's threads for it, which slowed
-            # every later step of this one by ~50 % (measured).
-            self._reevaluated = prefix_reuse.reevaluated_tokens(loaded(self._model).llm)
-        cached: list[list[int]] = [[] for _ in range(self._n_seq)]
-        used = [0] * self._n_seq  # when each slot last took a request (LRU)
+        # On the tokenizer's context (the same settings, so the same kernels), and on this
+        # thread: a decode on another thread leaves OpenMP's threads for it, which slowed
+        # every later step of this one by ~50 % (measured).
+        llm = loaded(self._model).llm
+        self._slots.bind(self._ctx, prefix_reuse.reevaluated_tokens(llm) if self._slots.enabled else None)
         running: dict[int, RunningSequence] = {}
         while True:
             try:
-                self._schedule_step(batch, cached, used, running)
+                self._schedule_step(batch, running)
             except Exception as exc:
                 # A fault of the scheduler's own (a decode's is handled inside the step): left to
                 # end the thread, it would leave every stream, and every later request, waiting
                 # for ever. What it held fails; the engine goes on with empty slots.
                 logger.exception("the batched llama.cpp scheduler failed a step")
-                self._fail_running(running, cached, exc)
+                self._fail_running(running, exc)
                 for seq in self._pending:
                     self._fail(seq, exc)
                 self._pending.clear()
 
-    def _schedule_step(
-        self, batch: Any, cached: list[list[int]], used: list[int], running: dict[int, RunningSequence]
-    ) -> None:
+    def _schedule_step(self, batch: Any, running: dict[int, RunningSequence]) -> None:
         """Admit, feed and decode once: one pass of the scheduler thread's loop."""
         self._run_commands()
-        self._admit(running, cached, used)
+        self._admit(running)
         for slot, seq in list(running.items()):
             if seq.cancel.is_set():
                 self._finish(seq, "abort")
                 del running[slot]
         for slot, seq in list(running.items()):
-            if seq.images and not self._feed_images(slot, seq, cached):
+            if seq.images and not self._feed_images(slot, seq):
                 del running[slot]
-        self._share_prefixes(running, cached)
+        self._slots.share_prefixes(running)
         self._release_first_tokens(running)
         if not running:
             return
@@ -302,14 +273,14 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         yields = time.monotonic() - self._interactive_ended < INTERACTIVE_RETURN_S
         for key, group in groups.items():
             try:
-                outputs, scored = fill(batch, group, cached, self._n_batch, batch_yields=yields)
+                outputs, scored = fill(batch, group, self._slots.cached, self._n_batch, batch_yields=yields)
                 if not batch.batch.n_tokens:  # every sequence of the group waits for its reader
                     continue
                 self._lora.apply(self._ctx.ctx, key)
                 self._decode_batch(batch)
                 decoded = True
             except Exception as exc:
-                self._fail_running(running, cached, exc)
+                self._fail_running(running, exc)
                 break
             for slot, first_row, start, n in scored:
                 if not self._score_prompt(running[slot], first_row, start, n):
@@ -325,13 +296,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         if running and not decoded:  # paused readers, or only batch lines while they yield
             time.sleep(YIELD_POLL_SECONDS if yields else PAUSED_POLL_SECONDS)
 
-    def _fail_running(
-        self, running: dict[int, RunningSequence], cached: list[list[int]], exc: BaseException
-    ) -> None:
+    def _fail_running(self, running: dict[int, RunningSequence], exc: BaseException) -> None:
         """Fail every running sequence and empty its slot."""
         for slot, seq in running.items():
-            cached[slot] = []
-            self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+            self._slots.drop(slot)
             self._fail(seq, exc)
         running.clear()
 
@@ -360,7 +328,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         try:
             if seq.first:
                 seq.first = False
-                if kept is None and self._prompt_cache and seq.prompt_top is None and not seq.lora:
+                if kept is None and self._slots.enabled and seq.prompt_top is None and not seq.lora:
                     self._kept.put(seq.prompt, self._logits(row))
             token = seq.sampler.sample(self._ctx.ctx, row, kept)
             ended = seq.out.push(token, self._ctx.ctx, row, kept)
@@ -373,23 +341,22 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             seq.next_token = token
         return ended
 
-    def _feed_images(self, slot: int, seq: RunningSequence, cached: list[list[int]]) -> bool:
+    def _feed_images(self, slot: int, seq: RunningSequence) -> bool:
         """Evaluate the image spans the sequence's prompt has reached (`vision.py`), each on a
         decode of its own, under the sequence's adapters. Returns False if one failed, which ends
         this sequence only (its slot's cells are dropped: a half-decoded image is no prefix)."""
         projector = loaded(self._model).projector
         while (span := seq.image_at_fed()) is not None:
             try:
-                assert projector is not None and len(cached[slot]) == seq.fed
+                assert projector is not None and len(self._slots.cached[slot]) == seq.fed
                 self._lora.apply(self._ctx.ctx, seq.lora)
                 with self._stats.forward(span.n_tokens):
                     projector.evaluate(self._ctx.ctx, span, seq.fed, slot, self._n_batch)
             except Exception as exc:
-                cached[slot] = []
-                self._llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
+                self._slots.drop(slot)
                 self._fail(seq, exc)
                 return False
-            cached[slot].extend(seq.prompt[span.start : span.end])
+            self._slots.cached[slot].extend(seq.prompt[span.start : span.end])
             seq.fed = span.end
         return True
 
@@ -417,14 +384,14 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
 
         return llama_cpp
 
-    def _admit(self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]) -> None:
+    def _admit(self, running: dict[int, RunningSequence]) -> None:
         """Take waiting sequences into free slots, best class first (`_take_incoming`); a sequence
         that finds none takes the slot of a running one of a worse class (`_preempt`). One whose
         adapters have no room (every loaded one in use, `lora.py`) keeps its place, and so does
         every adapter request behind it, so a busy adapter cannot starve another one; requests for
         the base model go on past them, but batch lines only when no interactive request waits:
         a free slot is held for it, as a batch line taking it would delay it further."""
-        self._take_incoming(running, cached, used)
+        self._take_incoming(running)
         ended = [seq.cancel.is_set() for seq in self._pending]  # while waiting, wherever queued
         if any(ended):
             for seq in itertools.compress(self._pending, ended):
@@ -446,7 +413,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                     i += 1
                     continue
                 try:
-                    seq.holds_lora = self._acquire(seq, running, cached)
+                    seq.holds_lora = self._acquire(seq, running)
                 except Exception as exc:  # its adapter's file is gone, or it was unloaded meanwhile
                     self._pending.pop(i)
                     self._fail(seq, exc)
@@ -457,13 +424,11 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
                     i += 1
                     continue
             if victim is not None and len(running) >= self._n_seq:  # `_acquire` may have freed a slot
-                self._preempt(victim, running, cached)
+                self._preempt(victim, running)
             self._pending.pop(i)  # its victim ranks below it: queued behind, `i` is still `seq`
-            self._place(seq, running, cached, used)
+            self._slots.place(seq, running)
 
-    def _acquire(
-        self, seq: RunningSequence, running: dict[int, RunningSequence], cached: list[list[int]]
-    ) -> bool:
+    def _acquire(self, seq: RunningSequence, running: dict[int, RunningSequence]) -> bool:
         """Load `seq`'s adapters (`LoraAdapters.acquire`). An interactive sequence whose adapters
         find no room takes it from batch lines, as it would take a slot: running lines under
         adapters are preempted, the latest first, until its adapters fit, so a long batch line
@@ -475,20 +440,18 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             return False
         lines = [s for s, q in running.items() if q.rank[0] and q.holds_lora and q.preemptable]
         for slot in sorted(lines, key=lambda s: running[s].queue_key(), reverse=True):
-            self._preempt(slot, running, cached)  # queued behind `seq`: its class ranks below
+            self._preempt(slot, running)  # queued behind `seq`: its class ranks below
             if self._lora.acquire(model, self._ctx.ctx, seq.lora):
                 return True
         return False
 
-    def _take_incoming(
-        self, running: dict[int, RunningSequence], cached: list[list[int]], used: list[int]
-    ) -> None:
+    def _take_incoming(self, running: dict[int, RunningSequence]) -> None:
         """Move the sequences handed over since the last step into `_pending`; block for one only
         when nothing runs or waits, and then gather those arriving with it (`_gather`)."""
         while True:
             try:
                 idle = not running and not self._pending
-                seq = self._wait(cached, used) if idle else self._incoming.get_nowait()
+                seq = self._wait() if idle else self._incoming.get_nowait()
             except queue.Empty:
                 return
             if self._receive(seq) and idle:
@@ -533,7 +496,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
             return None
         return max(below, key=lambda slot: running[slot].queue_key())
 
-    def _preempt(self, slot: int, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
+    def _preempt(self, slot: int, running: dict[int, RunningSequence]) -> None:
         """Take `slot` from its sequence, which waits again with its arrival kept. Nothing it did is
         lost: its prompt becomes every token its cells hold (the prompt and what it generated; the
         token it sampled last stays its next), and its cells stay in the slot until the new sequence
@@ -541,7 +504,7 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         Its adapters are released while it waits, and acquired again when it resumes."""
         seq = running.pop(slot)
         if seq.fed >= len(seq.prompt):
-            seq.prompt = list(cached[slot])
+            seq.prompt = list(self._slots.cached[slot])
         seq.fed, seq.slot, seq.resumed, seq.follows, seq.first_logits = 0, -1, True, None, None
         if seq.holds_lora:
             seq.holds_lora = False
@@ -549,142 +512,15 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         self._stats.preemptions_total += 1
         bisect.insort(self._pending, seq, key=RunningSequence.queue_key)
 
-    def _place(
-        self,
-        seq: RunningSequence,
-        running: dict[int, RunningSequence],
-        cached: list[list[int]],
-        used: list[int],
-    ) -> None:
-        """Put `seq` in the free slot that serves its prompt best, reusing what the slot (or the host
-        store) holds of it."""
-        drawn = not seq.first  # its first token came from kept logits (`generate`), or it resumes
-        free = [s for s in range(self._n_seq) if s not in running]
-        slot = pick_slot(free, cached, used, seq.prompt, running)
-        # Prompt logprobs need every position's logits: nothing cached can be reused.
-        reuse = self._prompt_cache and seq.prompt_top is None
-        same = self._slot_keys[slot] == seq.lora
-        shared = common_prefix(cached[slot], seq.prompt) if reuse and same else 0
-        entry, stored = self._store.best(seq.prompt) if reuse and not seq.lora else (None, 0)
-        if len(cached[slot]) - shared > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
-            self._store_slot(slot, cached[slot])  # what the prompt would overwrite
-        if entry is not None and stored > shared + STORE_MIN_TOKENS:
-            shared = self._restore(slot, cached, entry, stored)
-        # A drawn first token needs no logits: the prompt's cells are all it needs, and a
-        # slot evicted since evaluates the rest without them. Otherwise the last token (or
-        # two) is evaluated again for its logits; never below 0: a prompt shorter than the
-        # tokens re-evaluated gave -1, fed nothing that was sampled, and waited for ever.
-        last = len(seq.prompt) - (0 if drawn else self._reevaluated)
-        keep = span_floor(seq.images, max(0, min(shared, last)))
-        self._llama.llama_memory_seq_rm(self._ctx.memory, slot, keep, -1)
-        del cached[slot][keep:]
-        used[slot] = next(self._clock)
-        self._slot_keys[slot] = seq.lora
-        seq.slot, seq.fed = slot, keep
-        if reuse and not seq.images:
-            seq.follows = donor(seq, running, keep, last, STORE_MIN_TOKENS)
-        if not seq.resumed:  # a resumed sequence's usage counted its cached prompt already
-            seq.out.builder.cached_tokens = keep
-            seq.out.builder.queued = (seq.arrived, time.time())
-            if seq.prompt_top is None and seq.follows is None:
-                self._stats.count_prompt_cache(keep)
-        running[slot] = seq
-
-    def _share_prefixes(self, running: dict[int, RunningSequence], cached: list[list[int]]) -> None:
-        """Give each waiting follower its copy once its donor has the prefix (`_follow`), and hold
-        every donor at the prefix its followers still wait for."""
-        for slot, seq in running.items():
-            seq.hold = 0
-            if seq.follows is not None:
-                self._follow(slot, seq, running, cached)
-        for seq in running.values():
-            if seq.follows is not None:
-                donor, n = seq.follows
-                donor.hold = max(donor.hold, n)
-
-    def _follow(
-        self, slot: int, seq: RunningSequence, running: dict[int, RunningSequence], cached: list[list[int]]
-    ) -> None:
-        """Copy the prefix `seq` shares with its donor (`decode_batch.donor`) into `seq`'s slot once the donor
-        has evaluated it; if the donor left its slot first (ended, failed, preempted), `seq`
-        evaluates its prompt itself. llama.cpp copies a slot (a KV stream of its own) whole, on
-        the next decode; the cells past the prefix are dropped at once."""
-        assert seq.follows is not None
-        donor, n = seq.follows
-        if running.get(donor.slot) is not donor:
-            seq.follows = None
-        elif donor.fed >= n:
-            memory = self._ctx.memory
-            self._llama.llama_memory_seq_rm(memory, slot, -1, -1)
-            self._llama.llama_memory_seq_cp(memory, donor.slot, slot, -1, -1)
-            self._llama.llama_memory_seq_rm(memory, slot, n, -1)
-            cached[slot] = cached[donor.slot][:n]
-            seq.fed, seq.follows = n, None
-            if not seq.resumed:
-                seq.out.builder.cached_tokens = n
-        else:
-            return
-        if not seq.resumed and seq.prompt_top is None:
-            self._stats.count_prompt_cache(seq.fed)
-
-    def _wait(self, cached: list[list[int]], used: list[int]) -> RunningSequence | None:
-        """The next sequence, when none runs. Before waiting, the slots a new prompt is likely to
-        take go to the host store: the least recently used (`pick_slot`'s choice for a new prompt
-        with nothing running) and the one that just finished (sharing most with a prompt that
-        follows it, such as the next question after the same opening). Those copies (1-1.5 ms for a
-        ~170-token slot, 4.4 ms for ~500, measured through the gateway) were otherwise made at
-        admission, inside the next request's time to first token; once a slot is stored,
-        admission finds it there and copies nothing. Each copy starts only while none waits."""
+    def _wait(self) -> RunningSequence | None:
+        """The next sequence, when none runs; before waiting, the slots a new prompt is likely to
+        take go to the host store (`Slots.store_likely`), outside any request's time to first token."""
         try:
             return self._incoming.get_nowait()
         except queue.Empty:
             pass
-        if self._prompt_cache:
-            by_age = sorted(range(self._n_seq), key=used.__getitem__)
-            for slot in dict.fromkeys((by_age[0], by_age[-1])):
-                if not self._incoming.empty():
-                    break
-                if len(cached[slot]) > STORE_MIN_TOKENS and self._slot_keys[slot] == ():
-                    self._store_slot(slot, cached[slot])
+        self._slots.store_likely(lambda: not self._incoming.empty())
         return self._incoming.get()
-
-    def _restore(self, slot: int, cached: list[list[int]], entry: StoredPrompt, shared: int) -> int:
-        """Copy a stored state back into `slot`, which shares `shared` tokens with the prompt then.
-        Returns the prefix the slot now shares with the prompt (0 if llama.cpp refused the copy)."""
-        llama, ctx = self._llama, self._ctx.ctx
-        llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-        size = len(entry.state)
-        read = llama.llama_state_seq_set_data(
-            ctx, (ctypes.c_uint8 * size).from_buffer(entry.state), size, slot
-        )
-        if read != size:
-            cached[slot] = []  # nothing usable restored: the slot is empty
-            llama.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
-            return 0
-        # It stays stored: requests that arrive together after the same opening (a burst after a
-        # restart, say) each restore it into their own slot, instead of the first taking it and
-        # the rest evaluating the opening again.
-        self._store.refresh(list(entry.tokens))
-        cached[slot] = list(entry.tokens)
-        self._stats.prompt_cache_restored_total += 1
-        return shared
-
-    def _store_slot(self, slot: int, tokens: list[int]) -> None:
-        """Copy the slot's KV cells to the host store (skipped when the store is off, too small,
-        or holds these tokens already)."""
-        if not self._store.capacity or not tokens or self._store.refresh(tokens):
-            return
-        llama, ctx = self._llama, self._ctx.ctx
-        size = llama.llama_state_seq_get_size(ctx, slot)
-        if size > self._store.capacity:
-            return
-        state = self._store.buffer(size)
-        view = (ctypes.c_uint8 * size).from_buffer(state)
-        written = llama.llama_state_seq_get_data(ctx, view, size, slot)
-        del view  # the array may shrink only once nothing points into it
-        if written:
-            del state[written:]
-            self._store.put(tokens, state)
 
     # -- LoRA adapters (lora.py): loaded and freed on the scheduler thread ------------------------
 
