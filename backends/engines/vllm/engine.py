@@ -53,6 +53,7 @@ from raygate.backends.engines.vllm.support import (
     VllmEngineStats,
     stat_logger_factory,
 )
+from raygate.backends.engines.vllm.tokenizer_thread import TokenizerThread
 from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
     chat_text,
@@ -138,6 +139,7 @@ class VllmEngine(Engine):
         self._rank = rank
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._tokenizing = TokenizerThread()  # every tokenizer call (tokenizer_thread.py)
         self._pieces: TokenPieces | None = None
         self._context = 0
         self._vocab = 0
@@ -253,11 +255,11 @@ class VllmEngine(Engine):
 
     async def count_tokens(self, text: str) -> int:
         self._engine()
-        return len(await asyncio.to_thread(self._tokenizer.encode, text, add_special_tokens=False))
+        return len(await self._tokenizing.run(self._tokenizer.encode, text, add_special_tokens=False))
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         self._engine()
-        return await asyncio.to_thread(self._tokenize_sync, request)
+        return await self._tokenizing.run(self._tokenize_sync, request)
 
     def _tokenize_sync(self, request: TokenizeRequest) -> TokenizeResult:
         assert self._pieces is not None
@@ -284,7 +286,7 @@ class VllmEngine(Engine):
     async def detokenize(self, tokens: list[int]) -> str:
         self._engine()
         check_token_ids(tokens, self._vocab, "tokens")
-        return str(await asyncio.to_thread(self._tokenizer.decode, tokens))
+        return str(await self._tokenizing.run(self._tokenizer.decode, tokens))
 
     async def abort(self, request_id: str) -> bool:
         """Also tells AsyncLLM, which holds the request in its own queue and batch."""
@@ -310,9 +312,9 @@ class VllmEngine(Engine):
             raise BadRequestError(
                 f"Model `{self._name}` does not accept images: it has no `vision:` block.", param="messages"
             )
-        # Runs in a thread: tokenisers and Jinja templates are CPU work.
+        # On the tokenizer's thread: tokenisers and Jinja templates are CPU work.
         markers = self._markers
-        ids, thinking = await asyncio.to_thread(
+        ids, thinking = await self._tokenizing.run(
             prompt_ids, self._tokenizer, request, self._vocab, self._thinks, self._gated
         )
         ids = truncate_prompt(ids, request.sampling.truncate_prompt_tokens, self._context)
@@ -383,7 +385,9 @@ class VllmEngine(Engine):
         llm = self._engine()
         if not self._embedding or self._rank:
             raise BadRequestError("This model does not serve embeddings.", param="model")
-        seqs = await asyncio.to_thread(embed_ids, self._tokenizer, request.inputs, self._context, self._vocab)
+        seqs = await self._tokenizing.run(
+            embed_ids, self._tokenizer, request.inputs, self._context, self._vocab
+        )
 
         async def one(i: int, ids: list[int]) -> tuple[list[float], int]:
             final = None
@@ -414,7 +418,7 @@ class VllmEngine(Engine):
         llm = self._engine()
         if not self._rank:
             raise BadRequestError("This model does not serve rerank.", param="model")
-        inputs = await asyncio.to_thread(pair_inputs, self._tokenizer, request, self._context)
+        inputs = await self._tokenizing.run(pair_inputs, self._tokenizer, request, self._context)
 
         async def one(i: int, ids: list[int], second: int) -> tuple[float, int]:
             params = PoolingParams(
