@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import llama_cpp
+
 from raygate.backends.engines.base import EngineStats
 from raygate.backends.engines.llama_cpp import prefix_reuse
 from raygate.backends.engines.llama_cpp.decode_batch import RunningSequence, donor
@@ -72,16 +74,12 @@ class Slots:
 
     def drop(self, slot: int) -> None:
         """Empty the slot: its cells hold nothing usable (a failed decode, a half-fed image)."""
-        import llama_cpp
-
         self.cached[slot] = []
         llama_cpp.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
 
     def place(self, seq: RunningSequence, running: dict[int, RunningSequence]) -> None:
         """Put `seq` in the free slot that serves its prompt best, reusing what the slot (or the host
         store) holds of it."""
-        import llama_cpp
-
         cached = self.cached
         drawn = not seq.first  # its first token came from kept logits (`generate`), or it resumes
         free = [s for s in range(len(cached)) if s not in running]
@@ -132,8 +130,6 @@ class Slots:
         has evaluated it; if the donor left its slot first (ended, failed, preempted), `seq`
         evaluates its prompt itself. llama.cpp copies a slot (a KV stream of its own) whole, on
         the next decode; the cells past the prefix are dropped at once."""
-        import llama_cpp
-
         assert seq.follows is not None
         leader, n = seq.follows
         if running.get(leader.slot) is not leader:
@@ -172,8 +168,6 @@ class Slots:
     def _restore(self, slot: int, entry: StoredPrompt, shared: int) -> int:
         """Copy a stored state back into `slot`, which shares `shared` tokens with the prompt then.
         Returns the prefix the slot now shares with the prompt (0 if llama.cpp refused the copy)."""
-        import llama_cpp
-
         llama_cpp.llama_memory_seq_rm(self._ctx.memory, slot, -1, -1)
         size = len(entry.state)
         read = llama_cpp.llama_state_seq_set_data(
@@ -193,8 +187,6 @@ class Slots:
     def _store_slot(self, slot: int) -> None:
         """Copy the slot's KV cells to the host store (skipped when the store is off, too small,
         or holds these tokens already)."""
-        import llama_cpp
-
         tokens, store, ctx = self.cached[slot], self.store, self._ctx.ctx
         if not store.capacity or not tokens or store.refresh(tokens):
             return
