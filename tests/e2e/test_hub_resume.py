@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from raygate.backends.engines.model_hub import HubFile, HubPlan, _sha256
+from raygate.backends.engines.hub_cache import file_sha256
+from raygate.backends.engines.hub_plan import HubFile, HubPlan
 from tests.support.gateway import REPO
 from tests.support.hub import OlahServer, commit_files, hf_env, lfs_object
 
@@ -31,7 +32,8 @@ WAIT_S = 300
 # What a replica runs for a Hub source, once the plan is known: `Download.fetch`.
 FETCH = """
 import json, sys
-from raygate.backends.engines.model_hub import Download, HubFile, HubPlan
+from raygate.backends.engines.hub_download import Download
+from raygate.backends.engines.hub_plan import HubFile, HubPlan
 from raygate.protocol.config import ModelSource
 spec = json.loads(sys.argv[1])
 plan = HubPlan("hf", spec["repo"], spec["commit"], tuple(HubFile(**f) for f in spec["files"]), False)
@@ -138,6 +140,6 @@ def test_a_download_cut_mid_file_resumes_from_the_bytes_on_the_node(servers: Ser
     path = Path(finished(second))
 
     assert path.resolve() == servers.blob(REPO_ID).resolve() and not partial.exists()
-    assert _sha256(path) == plan.files[0].sha256
+    assert file_sha256(path) == plan.files[0].sha256
     statuses = servers.gets(REPO_ID)
     assert statuses[0] == "200" and set(statuses[1:]) == {"206"}, statuses

@@ -8,17 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from raygate.backends.engines.hub_download import Download
+from raygate.backends.engines.hub_plan import PROJECTOR_GLOB, HubError, HubFile, HubPlan, pick
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
-from raygate.backends.engines.model_hub import (
-    PROJECTOR_GLOB,
-    Download,
-    HubError,
-    HubFile,
-    HubPlan,
-    combined_progress,
-    hub_downloads,
-    pick,
-)
+from raygate.backends.engines.model_hub import combined_progress, hub_downloads
 from raygate.client.commands import hub_source
 from raygate.protocol.config import ModelConfig, ModelSource, VisionConfig
 

@@ -41,8 +41,9 @@ from raygate.backends.cluster.runtime.placement import (
     state_actor_options,
 )
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
+from raygate.backends.engines.hub_plan import hf_offline
 from raygate.backends.engines.model_files import ModelFileError, resolve_adapter, resolve_model_file
-from raygate.backends.engines.model_hub import hf_offline, pin, pin_projector
+from raygate.backends.engines.model_hub import pin, pin_projector
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
 from raygate.protocol.config import AdapterConfig, ModelConfig
