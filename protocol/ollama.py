@@ -1,5 +1,6 @@
-"""Ollama's API (`/api/chat`, `/api/generate`, `/api/embed`, ...): request and response models,
-and the translation of a request into the OpenAI body the one serving layer already runs.
+"""Ollama's API (`/api/chat`, `/api/generate`, `/api/embed`, ...): request models, and the
+translation of a request into the OpenAI body the one serving layer already runs. A chat turn and
+its translation are in protocol/ollama_messages.py, the response bodies in ollama_response.py.
 
 There is one generation path: an Ollama chat becomes a `ChatCompletionRequest`, a `raw` or
 `suffix` generate a `CompletionRequest`, a templated generate a chat of one user turn (after the
@@ -37,26 +38,17 @@ What Ollama spells differently is mapped here, once:
 
 from __future__ import annotations
 
-import json
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from raygate.protocol.base import NestedOmitsNone, RequestModel, ResponseModel
-from raygate.protocol.chat import ChatCompletionRequest, ChatMessageIn, ContentPart, ImageURL
+from raygate.protocol.base import RequestModel
+from raygate.protocol.chat import ChatCompletionRequest, ChatMessageIn, ContentPart
 from raygate.protocol.completions import CompletionRequest
 from raygate.protocol.embeddings import EmbeddingRequest
 from raygate.protocol.errors import BadRequestError
-from raygate.protocol.generation import TokenLogprob
-from raygate.protocol.tools import (
-    MAX_TOOLS,
-    MIN_LOGPROB,
-    FunctionCallIn,
-    FunctionDefinition,
-    ToolCallIn,
-    ToolChoice,
-    ToolDefinition,
-)
+from raygate.protocol.ollama_messages import OllamaMessage, chat_messages, image_parts
+from raygate.protocol.tools import MAX_TOOLS, FunctionDefinition, ToolChoice, ToolDefinition
 
 # What `GET /api/version` reports: the Ollama release whose API this follows (clients compare it
 # to decide which fields they may send).
@@ -68,12 +60,6 @@ _UNSUPPORTED_OPTIONS: dict[str, float] = {"mirostat": 0, "tfs_z": 1.0, "typical_
 
 class OllamaError(BadRequestError):
     """A 400 worded as Ollama words it (the `error` string is all its clients show)."""
-
-
-class OllamaErrorResponse(ResponseModel):
-    """Ollama's error body on every `/api/` route: the message, and nothing else."""
-
-    error: str
 
 
 class Options(RequestModel):
@@ -152,32 +138,6 @@ class Options(RequestModel):
         if stops:
             out["stop"] = stops
         return out
-
-
-class ToolFunctionCall(RequestModel):
-    """A call's function: Ollama sends `arguments` as an object (a JSON string is taken too)."""
-
-    name: str = Field(min_length=1)
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-
-
-class ToolCallItem(RequestModel):
-    """One entry of an assistant message's `tool_calls`, as the client sends history back."""
-
-    id: str | None = None
-    function: ToolFunctionCall
-
-
-class OllamaMessage(RequestModel):
-    """A chat turn: `images` ride on the turn, `tool_name` names the tool a `tool` turn answers."""
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None
-    images: list[str] | None = None
-    tool_calls: list[ToolCallItem] | None = None
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-    thinking: str | None = None
 
 
 class Tool(RequestModel):
@@ -273,54 +233,6 @@ class ChatRequest(_Generating):
             fields["top_logprobs"] = self.top_logprobs
         result: ChatCompletionRequest = openai_body(ChatCompletionRequest, fields)
         return result
-
-
-def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessageIn]:
-    """Ollama's turns as OpenAI's. Ollama's calls carry no ids and its `tool` turns name the tool
-    (`tool_name`), not the call: each call gets an id, and each tool turn the id of the oldest
-    unanswered call of that name (or, unnamed, the oldest unanswered call)."""
-    out: list[ChatMessageIn] = []
-    pending: list[tuple[str, str]] = []  # (call id, function name), oldest first
-    for i, m in enumerate(messages):
-        if m.role == "assistant" and m.tool_calls:
-            calls = []
-            for j, call in enumerate(m.tool_calls):
-                call_id = call.id or f"call_{i}_{j}"
-                pending.append((call_id, call.function.name))
-                arguments = call.function.arguments
-                text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-                calls.append(
-                    ToolCallIn(id=call_id, function=FunctionCallIn(name=call.function.name, arguments=text))
-                )
-            out.append(ChatMessageIn(role="assistant", content=m.content or "", tool_calls=calls))
-        elif m.role == "tool":
-            match = next((p for p in pending if m.tool_name in (None, p[1])), None)
-            if match is not None:
-                pending.remove(match)
-            call_id = m.tool_call_id or (match[0] if match else f"call_{i}")
-            out.append(
-                ChatMessageIn(role="tool", content=m.content or "", tool_call_id=call_id, name=m.tool_name)
-            )
-        elif m.images:
-            out.append(
-                ChatMessageIn(role=m.role, content=image_parts(m.images, f"messages[{i}].images", m.content))
-            )
-        else:
-            out.append(ChatMessageIn(role=m.role, content=m.content or ""))
-    return out
-
-
-def image_parts(images: list[str], where: str, text: str | None) -> list[ContentPart]:
-    """Ollama's base64 images as chat's `image_url` parts (data URLs, the format read from the bytes),
-    then the text; each part remembers its Ollama field path."""
-    parts = []
-    for j, data in enumerate(images):
-        part = ContentPart(type="image_url", image_url=ImageURL(url=f"data:;base64,{data}"))
-        part._param = f"{where}[{j}]"
-        parts.append(part)
-    if text:
-        parts.append(ContentPart(type="text", text=text))
-    return parts
 
 
 class GenerateRequest(_Generating):
@@ -427,210 +339,3 @@ class PullRequest(ModelRequest):
 
     insecure: bool | None = None
     stream: bool | None = None
-
-
-class ProgressResponse(ResponseModel):
-    """One line of `/api/pull`'s progress (the last says `success`)."""
-
-    status: str
-    digest: str | None = None
-    total: int | None = None
-    completed: int | None = None
-
-
-# -- responses ------------------------------------------------------------------------------------
-
-
-class Timings(NestedOmitsNone):
-    """The counts and durations (nanoseconds) that end every answer: real ones, measured here."""
-
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
-    prompt_eval_duration: int | None = None
-    eval_count: int | None = None
-    eval_duration: int | None = None
-    omit_when_none: ClassVar[frozenset[str]] = frozenset(
-        {
-            "total_duration",
-            "load_duration",
-            "prompt_eval_count",
-            "prompt_eval_duration",
-            "eval_count",
-            "eval_duration",
-        }
-    )
-
-
-class CallFunction(ResponseModel):
-    """A returned call's function; `arguments` an object."""
-
-    name: str
-    arguments: dict[str, Any]
-
-
-class CallOut(ResponseModel):
-    """A tool call in Ollama's shape: `arguments` an object, not JSON text."""
-
-    id: str
-    function: CallFunction
-
-
-class MessageOut(NestedOmitsNone):
-    """The assistant's message (a piece of it per streamed line); `thinking` only from a reasoning
-    model that thought, `tool_calls` only when made."""
-
-    role: Literal["assistant"] = "assistant"
-    content: str
-    thinking: str | None = None
-    tool_calls: list[CallOut] | None = None
-    omit_when_none: ClassVar[frozenset[str]] = frozenset({"thinking", "tool_calls"})
-
-
-class TokenLogprobOut(ResponseModel):
-    """A token's log-probability, with its bytes (a token may hold part of a character)."""
-
-    token: str
-    logprob: float
-    bytes: list[int] | None = None
-
-
-class LogprobOut(TokenLogprobOut):
-    """A sampled token's log-probability and the likeliest alternatives."""
-
-    top_logprobs: list[TokenLogprobOut] | None = None
-
-    @classmethod
-    def of(cls, entry: TokenLogprob) -> LogprobOut:
-        return cls(
-            token=entry.token,
-            logprob=entry.logprob if entry.logprob is not None else MIN_LOGPROB,
-            bytes=list(entry.token_bytes),
-            top_logprobs=[
-                TokenLogprobOut(token=t.token, logprob=t.logprob, bytes=list(t.token_bytes))
-                for t in entry.top
-            ],
-        )
-
-
-class _ChatHead(NestedOmitsNone):
-    model: str
-    created_at: str
-    message: MessageOut
-    done: bool
-    done_reason: str | None = None
-
-
-class ChatChunk(Timings, _ChatHead):
-    """One NDJSON line of `/api/chat` (and the whole non-streamed body): `done` on the last,
-    which carries `done_reason` and the timings (after the head, in Ollama's order)."""
-
-    logprobs: list[LogprobOut] | None = None
-    omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {"done_reason", "logprobs"}
-
-
-class _GenerateHead(NestedOmitsNone):
-    model: str
-    created_at: str
-    response: str
-    thinking: str | None = None
-    done: bool
-    done_reason: str | None = None
-
-
-class GenerateChunk(Timings, _GenerateHead):
-    """One NDJSON line of `/api/generate` (and the whole non-streamed body); `thinking` only from
-    a reasoning model that thought."""
-
-    logprobs: list[LogprobOut] | None = None
-    omit_when_none: ClassVar[frozenset[str]] = Timings.omit_when_none | {
-        "done_reason",
-        "logprobs",
-        "thinking",
-    }
-
-
-class _EmbedHead(NestedOmitsNone):
-    model: str
-    embeddings: list[list[float]]
-
-
-class EmbedResponse(Timings, _EmbedHead):
-    """`/api/embed`: one unit vector per input, in input order."""
-
-
-class EmbeddingsResponse(ResponseModel):
-    """`/api/embeddings`: the one prompt's vector."""
-
-    embedding: list[float]
-
-
-class ModelDetails(ResponseModel):
-    """`details` of a model: what the gateway knows of its files (empty where it does not)."""
-
-    parent_model: str = ""
-    format: str
-    family: str
-    families: list[str] | None
-    parameter_size: str
-    quantization_level: str
-
-
-class ListedModel(ResponseModel):
-    """An entry of `/api/tags`."""
-
-    name: str
-    model: str
-    modified_at: str
-    size: int
-    digest: str
-    details: ModelDetails
-
-
-class TagsResponse(ResponseModel):
-    """`/api/tags`: the models this key may use."""
-
-    models: list[ListedModel]
-
-
-class RunningModel(ResponseModel):
-    """An entry of `/api/ps`: a model with a ready replica."""
-
-    name: str
-    model: str
-    size: int
-    digest: str
-    details: ModelDetails
-    expires_at: str
-    size_vram: int
-    context_length: int | None = None
-
-
-class PsResponse(ResponseModel):
-    """`/api/ps`: the models with a ready replica."""
-
-    models: list[RunningModel]
-
-
-class ShowResponse(ResponseModel):
-    """`/api/show`: a model's parameters (its sampling defaults), info and capabilities."""
-
-    modelfile: str
-    parameters: str
-    template: str
-    details: ModelDetails
-    model_info: dict[str, Any]
-    capabilities: list[str]
-    modified_at: str
-
-
-class VersionResponse(ResponseModel):
-    """`/api/version`: the Ollama API release this follows."""
-
-    version: str
-
-
-class StatusResponse(ResponseModel):
-    """A management verb's status."""
-
-    status: str

@@ -26,12 +26,9 @@ from raygate.protocol.ollama import (
     GenerateRequest,
     ModelRequest,
     OllamaError,
-    PsResponse,
     PullRequest,
-    ShowResponse,
-    TagsResponse,
-    VersionResponse,
 )
+from raygate.protocol.ollama_response import PsResponse, ShowResponse, TagsResponse, VersionResponse
 from raygate.server.access.admin_auth import require_admin_key
 from raygate.server.access.auth import check_model_access
 from raygate.server.context import request_context

@@ -34,22 +34,24 @@ from raygate.protocol.config import Task
 from raygate.protocol.embeddings import EmbeddingRequest
 from raygate.protocol.generation import Delta, TokenLogprob
 from raygate.protocol.ollama import (
+    ChatRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    GenerateRequest,
+    ModelRequest,
+    OllamaError,
+    openai_body,
+)
+from raygate.protocol.ollama_response import (
     CallFunction,
     CallOut,
     ChatChunk,
-    ChatRequest,
-    EmbeddingsRequest,
     EmbeddingsResponse,
-    EmbedRequest,
     EmbedResponse,
     GenerateChunk,
-    GenerateRequest,
     LogprobOut,
     MessageOut,
-    ModelRequest,
-    OllamaError,
     Timings,
-    openai_body,
 )
 from raygate.protocol.templates import TextTemplate, text_marker
 from raygate.server.context import request_context

@@ -24,7 +24,7 @@ from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.protocol.config import MAX_MODEL_ID_CHARS, hub_reference
 from raygate.protocol.errors import ModelNotFoundError
-from raygate.protocol.ollama import ListedModel, ModelDetails, RunningModel, ShowResponse
+from raygate.protocol.ollama_response import ListedModel, ModelDetails, RunningModel, ShowResponse
 
 LATEST = ":latest"
 # Ollama's expiry of a model kept loaded for good (`keep_alive: -1`): far in the future.

@@ -19,7 +19,8 @@ from fastapi.responses import Response
 from raygate.protocol.admin import DeploymentStatus
 from raygate.protocol.config import ModelConfig, ModelSource
 from raygate.protocol.errors import ModelNotFoundError, OpenAIError
-from raygate.protocol.ollama import OllamaError, ProgressResponse, PullRequest
+from raygate.protocol.ollama import OllamaError, PullRequest
+from raygate.protocol.ollama_response import ProgressResponse
 from raygate.server.serving.ollama import OLLAMA_NDJSON
 from raygate.server.serving.ollama_models import cluster_of, hub_repo, pulled_name
 from raygate.server.serving.streaming import ndjson_response

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from raygate.protocol.errors import BadRequestError, OpenAIError, PayloadTooLargeError
 from raygate.protocol.messages_response import ErrorEvent
-from raygate.protocol.ollama import OllamaErrorResponse
+from raygate.protocol.ollama_response import OllamaErrorResponse
 from raygate.protocol.text import printable
 from raygate.protocol.xinference import XinferenceErrorResponse
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from raygate.protocol.errors import ErrorResponse
 from raygate.protocol.messages_response import ErrorEvent
-from raygate.protocol.ollama import OllamaErrorResponse
+from raygate.protocol.ollama_response import OllamaErrorResponse
 from raygate.protocol.xinference import XinferenceErrorResponse
 from raygate.server.transport.errors import speaks_anthropic, speaks_ollama, speaks_xinference
 

@@ -13,14 +13,8 @@ from pydantic import ValidationError
 from raygate.protocol.chat import ChatCompletionRequest
 from raygate.protocol.completions import CompletionRequest
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
-from raygate.protocol.ollama import (
-    ChatChunk,
-    ChatRequest,
-    EmbedRequest,
-    GenerateChunk,
-    GenerateRequest,
-    MessageOut,
-)
+from raygate.protocol.ollama import ChatRequest, EmbedRequest, GenerateRequest
+from raygate.protocol.ollama_response import ChatChunk, GenerateChunk, MessageOut
 from raygate.server.access.admin_auth import is_admin_path
 from raygate.server.serving.ollama import OLLAMA_NDJSON
 from raygate.server.serving.streaming import _frames
