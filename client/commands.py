@@ -23,7 +23,7 @@ import yaml
 from raygate.client import ledger_commands
 from raygate.client.batches import add_batch_commands, run_batch
 from raygate.client.http import ClientError, add_url_option, checked
-from raygate.protocol.config import hub_reference
+from raygate.protocol.model_source import hub_reference
 
 POLL_SECONDS = 0.5
 

@@ -11,7 +11,7 @@ Replica states:
 
 Deployment states:
     downloading  fewer ready replicas than asked for, and some are fetching weights from a Hub
-                 (`download` says how far; protocol/config.py `ModelSource.hf`)
+                 (`download` says how far; protocol/model_source.py `ModelSource.hf`)
     loading   fewer ready replicas than asked for, some still loading
     ready     as many ready replicas as asked for
     degraded  serving, but with fewer ready replicas than asked for and none loading

@@ -18,8 +18,9 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator
 
 from raygate.protocol.base import RequestModel, ResponseModel, StrictModel
-from raygate.protocol.config import NAME_PATTERN, Task
+from raygate.protocol.config import Task
 from raygate.protocol.errors import ErrorResponse
+from raygate.protocol.model_names import NAME_PATTERN
 from raygate.protocol.models import ModelCard
 
 # Xinference's model types that map onto a Raygate task: `rerank` joins as soon as the deployment

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.model_source import ModelSource
 from raygate.protocol.sampling_defaults import SamplingDefaults
 
 GENERATION_CONFIG = "generation_config.json"

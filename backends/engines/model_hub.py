@@ -42,7 +42,8 @@ from raygate.backends.engines.hub_plan import (
     transient,
 )
 from raygate.protocol.admin import DownloadProgress
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.model_source import ModelSource
 
 # ---- deploy time -------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 
 START = "<think>"
 END = "</think>"

@@ -2,8 +2,8 @@
 
 `<!-- raygate:config-reference -->` becomes the `models.yaml` schema, read from the pydantic models
 in `raygate.protocol.config` (`GatewayConfig`, `ModelConfig` and every model nested in them, which
-include `raygate.protocol.policies`' routing and autoscaling blocks): field, type, default,
-constraints and the field's `description`.
+live in its sibling modules: `policies`, `model_source`, `capabilities`, `lora`, ...): field, type,
+default, constraints and the field's `description`.
 
 `<!-- raygate:cli-reference -->` becomes the `raygate` command line, read from the argparse parser
 of `raygate.server.cli` (`build_parser()`, or `_parser()` where it still has that name): every

@@ -9,8 +9,9 @@ from fastapi.responses import PlainTextResponse
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.protocol.admin import DeploymentStatus, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
-from raygate.protocol.config import AdapterConfig, ModelSource
 from raygate.protocol.errors import BadRequestError
+from raygate.protocol.lora import AdapterConfig
+from raygate.protocol.model_source import ModelSource
 from raygate.server.access.admin_auth import require_admin_key
 from raygate.server.context import request_context
 

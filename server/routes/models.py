@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
-from raygate.protocol.config import ModelSource
 from raygate.protocol.extensions import supported_extensions
+from raygate.protocol.model_source import ModelSource
 from raygate.protocol.models import LoraAdapterEntry, ModelCard, ModelList
 from raygate.protocol.xinference import (
     ENGINE_FORMATS,

@@ -39,8 +39,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raygate.protocol.config import ModelConfig, ModelLimits
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import RateLimitError
+from raygate.protocol.model_limits import ModelLimits
 
 # Weight of the newest duration in the running average behind `Retry-After`.
 _EWMA_ALPHA = 0.2

@@ -41,7 +41,8 @@ from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 import httpx
 from PIL import Image, UnidentifiedImageError
 
-from raygate.protocol.config import ModelConfig, VisionConfig
+from raygate.protocol.capabilities import VisionConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import ImageInput
 from raygate.protocol.images import ImageRef

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raygate.protocol.common import LoraChoice
-from raygate.protocol.config import AdapterConfig, ModelConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
+from raygate.protocol.lora import AdapterConfig
 
 LoraSet = tuple[tuple[str, float], ...]
 

@@ -22,8 +22,9 @@ from fastapi import Request
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
 from raygate.backends.cluster.routing.router import ModelRouter
-from raygate.protocol.config import MAX_MODEL_ID_CHARS, hub_reference
 from raygate.protocol.errors import ModelNotFoundError
+from raygate.protocol.model_names import MAX_MODEL_ID_CHARS
+from raygate.protocol.model_source import hub_reference
 from raygate.protocol.ollama_response import ListedModel, ModelDetails, RunningModel, ShowResponse
 
 LATEST = ":latest"

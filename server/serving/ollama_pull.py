@@ -17,8 +17,9 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from raygate.protocol.admin import DeploymentStatus
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import ModelNotFoundError, OpenAIError
+from raygate.protocol.model_source import ModelSource
 from raygate.protocol.ollama import OllamaError, PullRequest
 from raygate.protocol.ollama_response import ProgressResponse
 from raygate.server.serving.ollama import OLLAMA_NDJSON

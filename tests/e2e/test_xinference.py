@@ -27,7 +27,7 @@ import ray
 from xinference_client import RESTfulClient
 
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 from tests.support.admin import raygate, settled_ready, wait_deployment
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.release import release_namespace

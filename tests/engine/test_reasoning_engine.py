@@ -12,8 +12,10 @@ import pytest
 
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
-from raygate.protocol.config import ModelConfig, ModelSource, ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, SamplingParams
+from raygate.protocol.model_source import ModelSource
 from tests.support.reasoning import tiny_reasoner
 
 QUESTION = [ChatMessage("user", "What is 2+2?")]

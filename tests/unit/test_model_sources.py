@@ -13,7 +13,9 @@ from raygate.backends.engines.hub_plan import PROJECTOR_GLOB, HubError, HubFile,
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
 from raygate.backends.engines.model_hub import combined_progress, hub_downloads
 from raygate.client.commands import hub_source
-from raygate.protocol.config import ModelConfig, ModelSource, VisionConfig
+from raygate.protocol.capabilities import VisionConfig
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.model_source import ModelSource
 
 REPO = [
     "README.md",

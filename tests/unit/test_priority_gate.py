@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from raygate.protocol.config import ModelLimits
 from raygate.protocol.errors import RateLimitError
+from raygate.protocol.model_limits import ModelLimits
 from raygate.server.access.auth import KeyStore
 from raygate.server.serving.admission import ModelGate, Ticket
 

@@ -15,7 +15,7 @@ from raygate.backends.engines.reasoning import (
     detect,
     prompt_state,
 )
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 
 OUTPUT = (
     "<|channel|>analysis<|message|>Let me see: 2+2.<|end|>"

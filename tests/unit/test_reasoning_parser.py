@@ -8,7 +8,7 @@ import pytest
 
 from raygate.backends.engines import reasoning
 from raygate.backends.engines.reasoning import ReasoningSplitter, closing_text, detect, prompt_state
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.reasoning import thinking_control
 

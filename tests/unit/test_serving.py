@@ -18,7 +18,7 @@ from pydantic import Field
 
 from raygate.protocol.base import RequestModel, ResponseModel
 from raygate.protocol.common import Usage
-from raygate.protocol.config import ModelConfig, ModelLimits
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import ContextLengthExceededError, ModelNotFoundError
 from raygate.protocol.generation import (
     Delta,
@@ -27,6 +27,7 @@ from raygate.protocol.generation import (
     TokenizeRequest,
     TokenizeResult,
 )
+from raygate.protocol.model_limits import ModelLimits
 from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.access.auth import KeyStore
 from raygate.server.observability.metrics import GatewayMetrics

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from raygate.backends.cluster.stores.ledger import Ledger
-from raygate.protocol.config import ModelConfig, ModelLimits
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import QuotaExceededError
 from raygate.protocol.generation import (
     Delta,
@@ -26,6 +26,7 @@ from raygate.protocol.generation import (
     SamplingParams,
 )
 from raygate.protocol.ledger import KeyBudget
+from raygate.protocol.model_limits import ModelLimits
 from raygate.server.access.auth import ApiKey
 from raygate.server.access.budgets import Budgets
 from raygate.server.context import RequestContext

@@ -46,8 +46,9 @@ from raygate.backends.engines.model_files import ModelFileError, resolve_adapter
 from raygate.backends.engines.model_hub import pin, pin_projector
 from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
-from raygate.protocol.config import AdapterConfig, ModelConfig
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError, OpenAIError
+from raygate.protocol.lora import AdapterConfig
 from raygate.protocol.xinference import LaunchRequest, ModelFamily
 
 log = logging.getLogger(__name__)

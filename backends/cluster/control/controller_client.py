@@ -27,8 +27,8 @@ from raygate.backends.cluster.control.autoscaler import REPORT_SECONDS
 from raygate.backends.cluster.routing.route_table import RouteTable
 from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.backends.cluster.runtime.errors import CONTROLLER_ERRORS
-from raygate.protocol.config import AdapterConfig
 from raygate.protocol.errors import ModelLoadingError, ModelNotFoundError, ServiceUnavailableError
+from raygate.protocol.lora import AdapterConfig
 
 log = logging.getLogger(__name__)
 

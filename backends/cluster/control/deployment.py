@@ -50,7 +50,8 @@ from raygate.protocol.admin import (
     ReplicaStatus,
     ScalingEvent,
 )
-from raygate.protocol.config import AdapterConfig, ModelConfig
+from raygate.protocol.config import ModelConfig
+from raygate.protocol.lora import AdapterConfig
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,9 @@ from raygate.backends.cluster.control.families import Registration, builtin_regi
 from raygate.backends.cluster.stores.state_file import StateFileError, write_json
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
 from raygate.protocol.base import describe_errors
-from raygate.protocol.config import LaunchOrigin, ModelConfig, ModelSource
+from raygate.protocol.config import LaunchOrigin, ModelConfig
 from raygate.protocol.errors import BadRequestError, ModelNotFoundError
+from raygate.protocol.model_source import ModelSource
 from raygate.protocol.xinference import (
     ENGINE_FORMATS,
     ENGINE_NAMES,

@@ -47,7 +47,7 @@ from raygate.backends.engines.model_hub import (
 )
 from raygate.backends.heap import freeze_startup_heap
 from raygate.backends.streams import Pump
-from raygate.protocol.config import ModelConfig, ModelSource
+from raygate.protocol.config import ModelConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import (
     Delta,
@@ -59,6 +59,7 @@ from raygate.protocol.generation import (
     TokenizeRequest,
     TokenizeResult,
 )
+from raygate.protocol.model_source import ModelSource
 
 MAX_DELTAS_PER_YIELD = 64
 # Deltas the engine may run ahead of Ray's yields; one full batch, so coalescing is unchanged.

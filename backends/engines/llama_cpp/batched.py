@@ -79,7 +79,7 @@ from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.engines.llama_cpp.slots import Slots
 from raygate.backends.engines.llama_cpp.vision import Projector
 from raygate.backends.streams import Pump
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.generation import (
     Delta,

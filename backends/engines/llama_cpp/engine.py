@@ -34,7 +34,7 @@ from raygate.backends.engines.llama_cpp.model import (
 from raygate.backends.engines.llama_cpp.model_engine import LlamaModelEngine
 from raygate.backends.engines.llama_cpp.sequence import SequenceOutput
 from raygate.backends.streams import Pump, ThreadFeed
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from raygate.protocol.generation import (

@@ -21,7 +21,7 @@ from raygate.backends.engines.images import has_images, place_images
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp import vision as vision_lib
 from raygate.backends.engines.llama_cpp.options import check_llama_options
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 from raygate.protocol.errors import BadRequestError, EngineError, OpenAIError, UnsupportedParameterError
 from raygate.protocol.generation import (
     ChatMessage,

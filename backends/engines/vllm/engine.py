@@ -71,7 +71,7 @@ from raygate.backends.engines.vllm.translate import (
     vllm_thinking_budget,
 )
 from raygate.backends.heap import freeze_startup_heap
-from raygate.protocol.config import ReasoningConfig
+from raygate.protocol.capabilities import ReasoningConfig
 from raygate.protocol.embeddings import unit_vector
 from raygate.protocol.errors import (
     BadRequestError,
