@@ -36,7 +36,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message
 
-from raygate.backends.cluster.stores.batch_db import ClaimedLine, LineResult
+from raygate.backends.cluster.stores.batch_lines import ClaimedLine, LineResult
 from raygate.backends.cluster.stores.batches import BatchStoreClient
 from raygate.protocol.errors import AuthenticationError, EngineError, OpenAIError
 from raygate.server.access.auth import KeyStore

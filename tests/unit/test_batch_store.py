@@ -1,7 +1,8 @@
-"""backends/cluster/stores/batch_db.py: files per owner and quota, batch validation, leases
-(a lapsed claim runs elsewhere, a finished line never runs again, a result from a lost lease is
-dropped), one retry of a server error, completion with OpenAI's output and error lines, expiry
-keeping what finished, cancel, and all of it surviving a reopen of the file."""
+"""backends/cluster/stores/batch_db.py (with file_db.py and batch_lines.py): files per owner and
+quota, batch validation, leases (a lapsed claim runs elsewhere, a finished line never runs again,
+a result from a lost lease is dropped), one retry of a server error, completion with OpenAI's
+output and error lines, expiry keeping what finished, cancel, and all of it surviving a reopen of
+the file."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from raygate.backends.cluster.stores.batch_db import BatchDB, LineResult, QuotaExceededError
+from raygate.backends.cluster.stores.batch_db import BatchDB
+from raygate.backends.cluster.stores.batch_lines import LineResult
+from raygate.backends.cluster.stores.file_db import QuotaExceededError
 from raygate.protocol.batches import BatchOutputLine, CreateBatchRequest, parse_batch_lines
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.files import NoSuchFileError

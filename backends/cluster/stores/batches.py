@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from raygate.backends.cluster.stores.actor_client import StoreActorClient
-from raygate.backends.cluster.stores.batch_db import DB_FILE, BatchDB, ClaimedLine, FinishOutcome, LineResult
+from raygate.backends.cluster.stores.batch_db import BatchDB
+from raygate.backends.cluster.stores.batch_lines import ClaimedLine, FinishOutcome, LineResult
+from raygate.backends.cluster.stores.file_db import DB_FILE
 from raygate.protocol.batches import Batch, CreateBatchRequest
 from raygate.protocol.errors import OpenAIError
 from raygate.protocol.files import OpenAIFile
