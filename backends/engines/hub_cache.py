@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from raygate.backends.engines.hub_plan import COMMIT, HubFile, HubPlan
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 
 MARKER_DIR = "raygate"
 HASH_BLOCK = 1 << 20

@@ -40,7 +40,7 @@ from raygate.backends.engines.hub_plan import (
     transient,
 )
 from raygate.protocol.admin import DownloadProgress
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 
 # An outage longer than huggingface_hub's own retries (about five, a second apart) costs one of
 # these; each resumes from the partial file. Only failures in a row without progress count, and

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from raygate.backends.engines.model_files import ModelFileError
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # `name-00001-of-00003.gguf`: llama.cpp's split GGUF; loading the first shard loads them all.

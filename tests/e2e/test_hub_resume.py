@@ -34,7 +34,7 @@ FETCH = """
 import json, sys
 from raygate.backends.engines.hub_download import Download
 from raygate.backends.engines.hub_plan import HubFile, HubPlan
-from raygate.protocol.config import ModelSource
+from raygate.protocol.model_source import ModelSource
 spec = json.loads(sys.argv[1])
 plan = HubPlan("hf", spec["repo"], spec["commit"], tuple(HubFile(**f) for f in spec["files"]), False)
 print(Download(ModelSource(hf=spec["repo"], revision=spec["commit"]), folder=False).fetch(plan))
