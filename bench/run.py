@@ -24,7 +24,8 @@ from bench.engine_runner import engine_worker_factory, load_engine
 from bench.metrics import RequestResult, summarize
 from raygate.backends.engines.base import Engine
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.server.settings import DEFAULT_CONFIG, load_config
+from raygate.server.config_file import load_config
+from raygate.server.settings import DEFAULT_CONFIG
 
 log = logging.getLogger("bench")
 

@@ -35,7 +35,7 @@ from bench import servers, vllm_bench
 from raygate.backends.engines.model_files import resolve_model_file
 from raygate.backends.engines.vllm.support import engine_kwargs
 from raygate.protocol.config import ModelConfig
-from raygate.server.settings import load_config
+from raygate.server.config_file import load_config
 
 log = logging.getLogger("bench")
 

@@ -27,6 +27,7 @@ from raygate.backends.heap import freeze_startup_heap
 from raygate.server.access.auth import KeyStore
 from raygate.server.access.budgets import Budgets
 from raygate.server.access.key_sync import KeySync
+from raygate.server.config_file import builtin_specs, load_config, seed_specs
 from raygate.server.observability.ledger_writer import LedgerWriter
 from raygate.server.observability.metrics import GatewayMetrics
 from raygate.server.observability.metrics_history import MetricsHistory
@@ -53,7 +54,7 @@ from raygate.server.routes import (
 )
 from raygate.server.serving.admission import Admission, ModelGate
 from raygate.server.serving.batch_runner import BatchRunner
-from raygate.server.settings import ConfigError, Settings, builtin_specs, load_config, seed_specs
+from raygate.server.settings import ConfigError, Settings
 from raygate.server.transport.errors import install_error_handlers
 from raygate.server.transport.lifecycle import Lifecycle
 from raygate.server.transport.middleware import GatewayMiddleware

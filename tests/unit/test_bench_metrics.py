@@ -59,7 +59,8 @@ def test_the_serve_target_runs_make_serves_models(tmp_path: Path) -> None:
     """What `make bench` compares with llama-server: models/default.yaml itself (every model of it,
     the embedding one found from anywhere)."""
     from bench.run import _serve_config
-    from raygate.server.settings import DEFAULT_CONFIG, load_config
+    from raygate.server.config_file import load_config
+    from raygate.server.settings import DEFAULT_CONFIG
 
     config = load_config(_serve_config(tmp_path))
     default = load_config(DEFAULT_CONFIG)
@@ -77,7 +78,8 @@ def test_the_other_shapes_change_only_the_chat_models_fields_they_name(target: s
     from bench import plan
     from bench.run import variant_spec
     from raygate.protocol.config import ModelConfig
-    from raygate.server.settings import DEFAULT_CONFIG, load_config
+    from raygate.server.config_file import load_config
+    from raygate.server.settings import DEFAULT_CONFIG
 
     spec = ModelConfig.model_validate(variant_spec(target))
     chat = next(m for m in load_config(DEFAULT_CONFIG).models if m.name == plan.LLAMA_MODEL)
