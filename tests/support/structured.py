@@ -19,7 +19,8 @@ from raygate.backends.engines import tool_calls
 from raygate.protocol.generation import FunctionTool
 
 # Both engines allow at most one space between JSON tokens (llama-cpp-python's SPACE_RULE,
-# vLLM's max_whitespace_cnt) and at most 16 digits per integer (backends/engines/vllm/support.py).
+# vLLM's max_whitespace_cnt) and at most 16 digits per integer
+# (backends/engines/vllm/sampling_params.py).
 SPACE = 1
 INTEGER = len("-") + 16
 # A string character may be written as a \uXXXX escape.

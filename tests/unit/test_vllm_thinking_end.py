@@ -5,7 +5,7 @@ processor itself runs in vLLM's EngineCore: tests/e2e/vllm/test_vllm_reasoning.p
 from __future__ import annotations
 
 from raygate.backends.engines.reasoning import ThinkingPlan
-from raygate.backends.engines.vllm.support import THINKING_EXTRA_KEY, ThinkingTrack
+from raygate.backends.engines.vllm.thinking_track import THINKING_EXTRA_KEY, ThinkingTrack
 from raygate.backends.engines.vllm.translate import starts_thinking, thinking_args
 
 START, END, EOS = 6, 7, 2

@@ -16,7 +16,8 @@ The gateway's contract is kept on top of vLLM's:
   gateway doing anything; meanwhile requests get 503 and `check_health()` raises.
 
 What turns a request into token ids and `SamplingParams`, and vLLM's outputs into `Delta`s, is in
-translate.py; engine arguments, logprob pieces and scheduler counters are in support.py.
+translate.py; engine arguments are in engine_args.py, logprob pieces in logprobs.py and scheduler
+counters in stats.py.
 """
 
 from __future__ import annotations
@@ -44,15 +45,11 @@ from raygate.backends.engines.reasoning import (
     markers,
 )
 from raygate.backends.engines.reasoning import resolve as resolve_reasoning
-from raygate.backends.engines.vllm import support as vllm_support
+from raygate.backends.engines.vllm import engine_args
+from raygate.backends.engines.vllm.logprobs import TokenPieces
 from raygate.backends.engines.vllm.lora import VllmAdapters
-from raygate.backends.engines.vllm.support import (
-    THINKING_EXTRA_KEY,
-    CoreCounters,
-    TokenPieces,
-    VllmEngineStats,
-    stat_logger_factory,
-)
+from raygate.backends.engines.vllm.stats import CoreCounters, VllmEngineStats, stat_logger_factory
+from raygate.backends.engines.vllm.thinking_track import THINKING_EXTRA_KEY
 from raygate.backends.engines.vllm.tokenizer_thread import TokenizerThread
 from raygate.backends.engines.vllm.translate import (
     DeltaRelay,
@@ -126,7 +123,7 @@ class VllmEngine(Engine):
         self._harmony_gate = False  # the engine's grammar gate is harmony_gate.py's
         self._gated = False  # a grammar may wait for the end of thinking (`_build`)
         self._eos: list[int] = []  # the model's end-of-generation tokens
-        self._kwargs = vllm_support.engine_kwargs(
+        self._kwargs = engine_args.engine_kwargs(
             model_path, embedding=embedding or rank, user_kwargs=engine_kwargs, num_gpus=num_gpus
         )
         if lora:  # the spec lists adapters: vLLM's `--enable-lora`, unless the config says otherwise
@@ -168,10 +165,10 @@ class VllmEngine(Engine):
             # (harmony_gate.py: the final channel's header, not one `</think>` token).
             parser = self._reasoning.parser
             if parser == "auto":  # read from the folder's template now: the markers are made here
-                parser = detect(vllm_support.folder_chat_template(self._kwargs["model"])) or "auto"
+                parser = detect(engine_args.folder_chat_template(self._kwargs["model"])) or "auto"
             start, end = markers(parser)
             self._harmony_gate = start != START
-            kwargs = vllm_support.with_reasoning(kwargs, start, end, harmony=self._harmony_gate)
+            kwargs = engine_args.with_reasoning(kwargs, start, end, harmony=self._harmony_gate)
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:  # an unknown key in the config's `engine:` block

@@ -8,7 +8,7 @@ token. This parser looks for the token ids of `<|channel|>final<|message|>`: the
 after that header, whether an analysis channel came first or not. Raygate's own splitter
 (reasoning.py) still makes the text split; only the boundary is read here.
 
-Loaded by vLLM's EngineCore process by module name (`reasoning_parser_plugin`, support.py's
+Loaded by vLLM's EngineCore process by module name (`reasoning_parser_plugin`, engine_args.py's
 `HARMONY_GATE_PLUGIN`), never by the gateway: it imports vLLM at module level.
 """
 

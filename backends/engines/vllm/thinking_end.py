@@ -16,7 +16,7 @@ thinking open (else it begins at a `<think>` the model writes first). The thinki
 first marker token in the output, which is also where vLLM's structured-output manager starts the
 grammar (the engine's `reasoning_parser`).
 
-This module is loaded by vLLM's EngineCore process by name (support.py's `THINKING_END_PROCESSOR`,
+This module is loaded by vLLM's EngineCore process by name (engine_args.py's `THINKING_END_PROCESSOR`,
 in the engine's `logits_processors`), never by the gateway: it imports torch and vLLM at module
 level.
 """
@@ -29,7 +29,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from raygate.backends.engines.vllm.support import THINKING_EXTRA_KEY, ThinkingTrack
+from raygate.backends.engines.vllm.thinking_track import THINKING_EXTRA_KEY, ThinkingTrack
 
 
 class ThinkingEndProcessor(LogitsProcessor):

@@ -4,7 +4,7 @@
 Everything between a gateway request and that call is translation that needs the model's
 tokenizer but not the engine: the prompt, chat turns, embedding inputs and rerank pairs as token
 ids (with their length and vocabulary checks), a generate request as vLLM's `SamplingParams` (via
-support.py's `to_vllm_sampling`), each streamed `RequestOutput` as a `Delta`, and vLLM's finish
+sampling_params.py's `to_vllm_sampling`), each streamed `RequestOutput` as a `Delta`, and vLLM's finish
 reasons and validation errors as OpenAI's. It lives here so the engine class reads as the engine
 and these pieces read (and change) on their own. Nothing here imports vLLM: it runs in the replica
 on objects vLLM hands over.
@@ -19,13 +19,9 @@ from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget
 from raygate.backends.engines.deltas import DeltaBuilder
 from raygate.backends.engines.images import content_parts, decode_rgb, has_images, place_images
-from raygate.backends.engines.vllm.support import (
-    THINKING_EXTRA_KEY,
-    ThinkingTrack,
-    TokenPieces,
-    to_vllm_sampling,
-    token_logprobs,
-)
+from raygate.backends.engines.vllm.logprobs import TokenPieces, token_logprobs
+from raygate.backends.engines.vllm.sampling_params import to_vllm_sampling
+from raygate.backends.engines.vllm.thinking_track import THINKING_EXTRA_KEY, ThinkingTrack
 from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
 from raygate.protocol.generation import (
     ChatMessage,

@@ -16,7 +16,7 @@ import yaml
 
 from bench import servers, vllm_bench, vllm_serve
 from raygate.backends.engines.model_files import resolve_model_file
-from raygate.backends.engines.vllm.support import engine_kwargs
+from raygate.backends.engines.vllm.engine_args import engine_kwargs
 from tests.support.vllm import VLLM_CONFIG
 
 # Settings the example does not use: a false switch, another integer, and no sampling defaults.
