@@ -1,7 +1,7 @@
 """The SQLite database of stored responses (`POST /v1/responses` with `store: true`).
 
 One table, one row per response: its id, the API key that created it (`owner`, a digest; "" on a
-gateway without keys), when, its size, and its JSON (`raygate.protocol.responses.StoredResponse`, opaque
+gateway without keys), when, its size, and its JSON (`raygate.protocol.response_object.StoredResponse`, opaque
 here). Reads match the id *and* the owner, so another key's response is as absent as an unknown
 one. The database is bounded by age (`max_age_s`: older rows are deleted, and never returned) and
 by size (`max_bytes` of JSON: the oldest rows go first).
