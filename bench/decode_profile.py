@@ -35,7 +35,7 @@ from bench import plan
 from raygate.backends.engines.factory import make_engine
 from raygate.backends.engines.llama_cpp import batched
 from raygate.backends.engines.llama_cpp.batched import BatchedLlamaCppEngine
-from raygate.client.commands import key_values
+from raygate.client.deploy_spec import key_values
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.generation import GenerateRequest, SamplingParams
 from raygate.protocol.model_source import ModelSource

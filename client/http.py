@@ -34,3 +34,8 @@ def checked(http: httpx.Client, method: str, path: str, **kw: Any) -> httpx.Resp
             message = r.text[:500]
         raise ClientError(f"{r.status_code}: {message}")
     return r
+
+
+def checked_json(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
+    """The checked response's JSON body: what the `/admin` commands read."""
+    return checked(http, method, path, **kw).json()

@@ -12,7 +12,7 @@ from raygate.backends.engines.hub_download import Download
 from raygate.backends.engines.hub_plan import PROJECTOR_GLOB, HubError, HubFile, HubPlan, pick
 from raygate.backends.engines.model_files import ModelFileError, resolve_model_file
 from raygate.backends.engines.model_hub import combined_progress, hub_downloads
-from raygate.client.commands import hub_source
+from raygate.client.deploy_spec import hub_source
 from raygate.protocol.capabilities import VisionConfig
 from raygate.protocol.config import ModelConfig
 from raygate.protocol.model_source import ModelSource
@@ -171,16 +171,16 @@ def test_a_replicas_progress_adds_up_its_downloads() -> None:
 
 
 def test_the_cli_deploys_a_vision_model_from_a_hub_with_its_projector_left_to_the_deploy() -> None:
-    from raygate.client.commands import _spec
+    from raygate.client.deploy_spec import model_spec
     from raygate.server.cli import build_parser
 
     args = build_parser().parse_args(
         ["deploy", "vlm", "--hf", "ggml-org/gemma-3-4b-it-GGUF:Q4_K_M", "--vision"]
     )
-    spec = _spec(args)
+    spec = model_spec(args)
     assert spec["vision"] == {} and spec["source"] == {
         "hf": "ggml-org/gemma-3-4b-it-GGUF",
         "file": "*Q4_K_M*.gguf",
     }
     assert ModelConfig.model_validate(spec).vision == VisionConfig()
-    assert "vision" not in _spec(build_parser().parse_args(["deploy", "txt", "--hf", "org/repo:Q8_0"]))
+    assert "vision" not in model_spec(build_parser().parse_args(["deploy", "txt", "--hf", "org/repo:Q8_0"]))
