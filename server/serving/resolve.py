@@ -9,13 +9,17 @@ from __future__ import annotations
 from fastapi import Request
 
 from raygate.backends.cluster.control.controller_client import ControllerClient
+from raygate.backends.cluster.routing.router import ModelRouter
 from raygate.protocol.base import RequestModel
 from raygate.protocol.config import Task
-from raygate.protocol.errors import BadRequestError, UnsupportedParameterError
+from raygate.protocol.errors import BadRequestError, RateLimitError, UnsupportedParameterError
 from raygate.server.access.auth import check_model_access
 from raygate.server.context import request_context
-from raygate.server.serving.handle import ModelHandle, open_model
+from raygate.server.observability.metrics import GatewayMetrics
+from raygate.server.serving.admission import Admission, engine_slots
+from raygate.server.serving.handle import ModelHandle
 from raygate.server.serving.lora_choice import request_lora
+from raygate.server.serving.request_usage import record_usage
 from raygate.server.transport.unknown_fields import UnknownFieldLog
 
 _TASK_ENDPOINTS = {
@@ -57,3 +61,31 @@ def resolve_model(
     adapter = cluster.adapter(str(getattr(body, "model")))  # noqa: B009
     lora = request_lora(router.config, adapter, getattr(body, "lora", None))
     return open_model(request, router, endpoint, lora)
+
+
+def open_model(
+    request: Request, router: ModelRouter, endpoint: str = "", lora: tuple[tuple[str, float], ...] = ()
+) -> ModelHandle:
+    """Admit the request to `router`'s model (or refuse it with 429) and wrap the router; its
+    usage is recorded under `endpoint` when the request ends. `lora`: the LoRA adapters (name,
+    scale) every sequence decodes under (`lora_choice.py`)."""
+    state = request.app.state
+    ctx = request_context(request)
+    ctx.model = router.config.name
+    admission: Admission = state.admission
+    metrics: GatewayMetrics = state.metrics
+    gate = admission.gate(router.config.name, router.config.limits)
+    per_replica = engine_slots(router.config)
+    gate.slots = None if per_replica is None else per_replica * max(1, len(router.replicas))
+    priority = ctx.priority
+    if priority is None:
+        priority = ctx.key.priority if ctx.key is not None and ctx.key.priority is not None else 0
+    try:
+        ticket = gate.enter(priority, batch=ctx.batch)
+    except RateLimitError:
+        metrics.rejected.inc({"model_name": router.config.name, "reason": "queue_full"})
+        raise
+    ctx.on_close(ticket.release)
+    handle = ModelHandle(router, ctx, ticket, metrics, state.settings, lora, getattr(state, "budgets", None))
+    ctx.on_close(lambda: record_usage(request, handle, endpoint))
+    return handle
