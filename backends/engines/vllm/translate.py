@@ -1,13 +1,14 @@
 """The vLLM engine's request path in the gateway's terms, and back.
 
-`VllmEngine` (engine.py) owns an AsyncLLM: its life, its restarts, and which call goes to it.
-Everything between a gateway request and that call is translation that needs the model's
-tokenizer but not the engine: the prompt, chat turns, embedding inputs and rerank pairs as token
-ids (with their length and vocabulary checks), a generate request as vLLM's `SamplingParams` (via
-sampling_params.py's `to_vllm_sampling`), each streamed `RequestOutput` as a `Delta`, and vLLM's finish
-reasons and validation errors as OpenAI's. It lives here so the engine class reads as the engine
-and these pieces read (and change) on their own. Nothing here imports vLLM: it runs in the replica
-on objects vLLM hands over.
+`VllmEngine` (engine.py) owns an AsyncLLM: its life (its restarts: supervisor.py) and which call
+goes to it. Everything between a gateway request and that call is translation that needs the
+model's tokenizer but not the engine: the prompt and chat turns as token ids (with their vocabulary
+checks), a tokenize request's answer, a generate request as vLLM's `SamplingParams` (via
+sampling_params.py's `to_vllm_sampling`), each streamed `RequestOutput` as a `Delta`, and vLLM's
+finish reasons and validation errors as OpenAI's (embedding inputs and rerank pairs are
+pooling.py's, the thinking settled at start-up thinking_setup.py's). It lives here so the engine
+class reads as the engine and these pieces read (and change) on their own. Nothing here imports
+vLLM: it runs in the replica on objects vLLM hands over.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from raygate.backends.engines.images import content_parts, decode_rgb, has_image
 from raygate.backends.engines.vllm.logprobs import TokenPieces, token_logprobs
 from raygate.backends.engines.vllm.sampling_params import to_vllm_sampling
 from raygate.backends.engines.vllm.thinking_track import THINKING_EXTRA_KEY, ThinkingTrack
-from raygate.protocol.errors import BadRequestError, ContextLengthExceededError, EngineError
+from raygate.protocol.errors import BadRequestError, EngineError
 from raygate.protocol.generation import (
     ChatMessage,
     Delta,
     FinishReason,
     GenerateRequest,
-    RankRequest,
+    TokenizeRequest,
+    TokenizeResult,
     ToolsSpec,
 )
 
@@ -141,40 +143,29 @@ def image_data(request: GenerateRequest) -> dict[str, Any]:
     }
 
 
-def embed_ids(
-    tokenizer: Any, inputs: list[str] | list[list[int]], context: int, vocab: int
-) -> list[list[int]]:
-    """Each embedding input as token ids, none longer than the context."""
-    seqs = [
-        list(x) if isinstance(x, list) else list(tokenizer.encode(x, add_special_tokens=True)) for x in inputs
-    ]
-    for i, seq in enumerate(seqs):
-        if len(seq) > context:
-            raise ContextLengthExceededError(
-                f"Input {i} has {len(seq)} tokens; this model's maximum is {context}.",
-                param="input",
-            )
-        check_token_ids(seq, vocab, "input")
-    return seqs
-
-
-def pair_inputs(tokenizer: Any, request: RankRequest, context: int) -> list[tuple[list[int], int]]:
-    """Each pair as the tokenizer lays it out for a cross-encoder (`[CLS] q [SEP] d [SEP]`),
-    with where its second segment starts: vLLM takes token types in that compressed form
-    (its own score endpoint does the same, `compressed_token_type_ids`)."""
-    out: list[tuple[list[int], int]] = []
-    for i, (query, doc) in enumerate(request.pairs):
-        enc = tokenizer(query, doc, add_special_tokens=True)
-        ids = list(enc["input_ids"])
-        if len(ids) > context:
-            raise ContextLengthExceededError(
-                f"Pair {i} (query and {request.param}[{i}]) has {len(ids)} tokens; this model's "
-                f"maximum is {context}. Shorten the document or the query.",
-                param=request.param,
-            )
-        types = list(enc.get("token_type_ids") or [])
-        out.append((ids, types.index(1) if 1 in types else len(ids)))
-    return out
+def tokenize_request(
+    tokenizer: Any,
+    pieces: TokenPieces,
+    request: TokenizeRequest,
+    thinks: reasoning.ReasoningFormat | None,
+    context: int,
+) -> TokenizeResult:
+    """A tokenize request's ids and their pieces: chat turns through the template (with thinking
+    turned off closed as `prompt_ids` closes it), or text."""
+    if request.messages is not None:
+        switch = None if request.thinking is None else {"enable_thinking": request.thinking}
+        text = chat_text(tokenizer, request.messages, request.tools, request.add_generation_prompt, switch)
+        if (
+            thinks is not None
+            and request.thinking is False
+            and request.add_generation_prompt
+            and reasoning.can_disable(thinks.parser)
+        ):
+            text += reasoning.closing_text(text, thinks.parser)
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+    else:
+        ids = list(tokenizer.encode(request.prompt or "", add_special_tokens=request.add_special_tokens))
+    return TokenizeResult(ids, [pieces(t, None)[0] for t in ids], context)
 
 
 # ---- a generate request -> vLLM's SamplingParams, its outputs -> Deltas ------------------------
@@ -209,24 +200,6 @@ def generate_params(
         raise BadRequestError("The prompt is empty.", param=request.prompt_param)
     budget = completion_budget(request, len(ids), context)
     return to_vllm_sampling(request.sampling, budget, request.tools, thinking_budget, extra_args)
-
-
-def single_token_markers(tokenizer: Any) -> tuple[int, int] | None:
-    """`<think>` and `</think>` as one token each, or None. vLLM's structured-output manager and
-    thinking_end.py's processor see the thinking end by the marker's token id, so both need it
-    whole (reasoning models' tokenizers have them as added tokens)."""
-    start = list(tokenizer.encode(reasoning.START, add_special_tokens=False))
-    end = list(tokenizer.encode(reasoning.END, add_special_tokens=False))
-    return (start[0], end[0]) if len(start) == 1 and len(end) == 1 else None
-
-
-def end_of_generation(tokenizer: Any, generation_config: dict[str, Any]) -> list[int]:
-    """The tokens that end the model's turn: the tokenizer's EOS and the generation config's
-    `eos_token_id` (one id or a list), as vLLM stops on them."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    more = generation_config.get("eos_token_id")
-    ids.update([more] if isinstance(more, int) else list(more or []))
-    return sorted(int(i) for i in ids)
 
 
 def vllm_thinking_budget(
