@@ -15,6 +15,10 @@ Autoscaled deployments are resized here, every `AUTOSCALE_TICK_SECONDS`, from th
 gateways report (`report_load`; `autoscaler.py` decides), never beyond what the cluster can place
 now (`placement.room_for`, less the replicas still loading, which may not hold theirs yet, plus
 the ones leaving, which give theirs back).
+
+What a spec must pass before anything starts (ids free, weights there and Hub-pinned, resources
+feasible) is in deploy_checks.py; loading a LoRA adapter into running replicas, in adapters.py; one
+deployment's replicas, in deployment.py and replica_set.py.
 """
 
 from __future__ import annotations
@@ -28,26 +32,18 @@ from typing import Any
 
 import ray
 
+from raygate.backends.cluster.control import adapters
 from raygate.backends.cluster.control.autoscaler import LoadReports
+from raygate.backends.cluster.control.deploy_checks import check_ids, validate
 from raygate.backends.cluster.control.deployment import UPDATE_DRAIN_SECONDS, Deployment
 from raygate.backends.cluster.control.registrations import Registrations
 from raygate.backends.cluster.control.replica_actors import RayActors
 from raygate.backends.cluster.routing.route_table import RouteTable
-from raygate.backends.cluster.runtime.errors import remote_cause
-from raygate.backends.cluster.runtime.placement import (
-    check_feasible,
-    invalid_options,
-    room_for,
-    state_actor_options,
-)
+from raygate.backends.cluster.runtime.placement import room_for, state_actor_options
 from raygate.backends.cluster.stores.state_file import load_specs, save_specs
-from raygate.backends.engines.hub_plan import hf_offline
-from raygate.backends.engines.model_files import ModelFileError, resolve_adapter, resolve_model_file
-from raygate.backends.engines.model_hub import pin, pin_projector
-from raygate.backends.engines.options import check_engine_options
 from raygate.protocol.admin import DeploymentStatus, UndeployResult
 from raygate.protocol.config import ModelConfig
-from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError, OpenAIError
+from raygate.protocol.errors import BadRequestError, ConflictError, ModelNotFoundError
 from raygate.protocol.lora import AdapterConfig
 from raygate.protocol.xinference import LaunchRequest, ModelFamily
 
@@ -205,9 +201,9 @@ class Controller:
 
     async def deploy(self, spec: ModelConfig) -> DeploymentStatus:
         self._boot()
-        self._check_ids(spec)
-        spec = await self._validate(spec)
-        self._check_ids(spec)  # another deploy may have taken the name while we validated
+        check_ids(spec, self._specs())
+        spec = await validate(spec)
+        check_ids(spec, self._specs())  # another deploy may have taken the name while we validated
         deployment = self._deployment(spec)
         self._deployments[spec.name] = deployment
         try:
@@ -242,10 +238,10 @@ class Controller:
                 param="name",
             )
         self._idle(name)
-        self._check_ids(spec, replacing=name)
-        spec = await self._validate(spec)
+        check_ids(spec, self._specs(), replacing=name)
+        spec = await validate(spec)
         deployment = self._idle(name)
-        self._check_ids(spec, replacing=name)
+        check_ids(spec, self._specs(), replacing=name)
         deployment.update(spec)
         return deployment.status()
 
@@ -259,94 +255,19 @@ class Controller:
         log.info("undeployed %s (drained=%s)", name, drained)
         return UndeployResult(name=name, drained=drained, seconds=round(time.monotonic() - t0, 3))
 
-    # ---- LoRA adapters (docs/lora.md) ---------------------------------------------------------
+    # ---- LoRA adapters (docs/lora.md; adapters.py) ---------------------------------------------
 
     async def load_adapter(self, base: str | None, adapter: AdapterConfig) -> DeploymentStatus:
-        """Load `adapter` into every ready replica of `base`, then add it to the spec (persisted;
-        what new replicas load). A replica that refuses it undoes the others: all or none."""
         self._boot()
-        deployment = self._adapter_base(base)
-        name = adapter.name
-        for other in self._deployments.values():
-            if name in _all_ids(other.spec):
-                raise BadRequestError(
-                    f"`{name}` is already a model or adapter of deployment `{other.spec.name}`.",
-                    param="lora_name",
-                    code="model_exists",
-                )
-        if deployment.spec.backend == "vllm" and adapter.scale != 1.0:
-            raise BadRequestError(
-                f"LoRA adapter `{name}`: vLLM applies adapters at `scale` 1.0 only.", param="scale"
-            )
-        path = adapter.source.path
-        if path is not None and not (Path(path).is_absolute() or path.startswith("~")):
-            raise BadRequestError(
-                f"`lora_path` must be absolute or a Hub id `hf:ORG/REPO` (got `{path}`).", param="lora_path"
-            )
-        try:
-            adapter = await self._pinned(adapter, deployment.spec)
-        except BadRequestError as exc:
-            raise BadRequestError(exc.message, param="lora_path") from None
-        actors = deployment.ready_actors()
-        if not actors and adapter.source.hub is None:  # none to ask: at least the file must be here
-            try:
-                await asyncio.to_thread(resolve_adapter, adapter.source, deployment.spec.backend)
-            except ModelFileError as exc:
-                raise BadRequestError(f"LoRA adapter `{name}`: {exc}", param="lora_path") from None
-        loaded: list[Any] = []
-        try:
-            for actor in actors:
-                await actor.load_adapter.remote(name, adapter.source)
-                loaded.append(actor)
-        except Exception as exc:
-            for actor in loaded:
-                with contextlib.suppress(Exception):
-                    await actor.unload_adapter.remote(name)
-            cause = remote_cause(exc)
-            if isinstance(cause, OpenAIError):
-                raise cause from None
-            raise BadRequestError(f"Cannot load LoRA adapter `{name}`: {exc}", param="lora_path") from None
-        deployment.set_adapters([*deployment.spec.adapters, adapter])
-        log.info("loaded LoRA adapter %s on %s", name, deployment.spec.name)
+        deployment = await adapters.load_adapter(self._deployments, base, adapter)
+        log.info("loaded LoRA adapter %s on %s", adapter.name, deployment.spec.name)
         return deployment.status()
 
     async def unload_adapter(self, name: str) -> DeploymentStatus:
-        """Take `name` off its model: refused to new requests at once, its running requests finish."""
         self._boot()
-        for deployment in self._deployments.values():
-            kept = [a for a in deployment.spec.adapters if a.name != name]
-            if len(kept) == len(deployment.spec.adapters):
-                continue
-            deployment.set_adapters(kept)  # gateways stop sending requests for it first
-            for actor in deployment.ready_actors():
-                with contextlib.suppress(Exception):  # a replica that has not got it has nothing to do
-                    await actor.unload_adapter.remote(name)
-            log.info("unloaded LoRA adapter %s from %s", name, deployment.spec.name)
-            return deployment.status()
-        raise ModelNotFoundError(f"There is no LoRA adapter named `{name}`.", param="lora_name")
-
-    def _adapter_base(self, base: str | None) -> Deployment:
-        """The deployment an adapter goes on: the one named (name or alias), or the only one that
-        can take adapters (vLLM's server has one model, and its body names none)."""
-        able = [d for d in self._deployments.values() if d.spec.takes_adapters]
-        if base is None:
-            if len(able) != 1:
-                raise BadRequestError(
-                    "Name the model the adapter goes on in `base_model_name`: "
-                    f"{len(able)} deployments can take LoRA adapters.",
-                    param="base_model_name",
-                )
-            return able[0]
-        for deployment in self._deployments.values():
-            if base in deployment.spec.ids:
-                if deployment not in able:
-                    raise BadRequestError(
-                        f"Model `{base}` cannot take LoRA adapters (llama.cpp generation models "
-                        "can, and vLLM ones started with `enable_lora`).",
-                        param="base_model_name",
-                    )
-                return deployment
-        raise ModelNotFoundError(f"There is no deployment named `{base}`.", param="base_model_name")
+        deployment = await adapters.unload_adapter(self._deployments, name)
+        log.info("unloaded LoRA adapter %s from %s", name, deployment.spec.name)
+        return deployment.status()
 
     # ---- Xinference's face of the registry (protocol/xinference.py) ---------------------------
 
@@ -372,7 +293,7 @@ class Controller:
         self._boot()
         return await self.deploy(self._registrations.launch_spec(request))
 
-    # ---- checks --------------------------------------------------------------------------------
+    # ---- checks (deploy_checks.py) ---------------------------------------------------------------
 
     def _idle(self, name: str) -> Deployment:
         deployment = self._get(name)
@@ -380,94 +301,9 @@ class Controller:
             raise ConflictError(f"Deployment `{name}` is being updated; try again when it settles.")
         return deployment
 
-    def _check_ids(self, spec: ModelConfig, replacing: str | None = None) -> None:
-        if replacing is None and spec.name in self._deployments:
-            raise BadRequestError(
-                f"A deployment named `{spec.name}` already exists; scale or update it, or undeploy it first.",
-                param="name",
-                code="model_exists",
-            )
-        if len(set(spec.ids)) != len(spec.ids):
-            raise BadRequestError("A model id is listed twice in name + aliases.", param="aliases")
-        for other in self._deployments.values():
-            if other.spec.name in (spec.name, replacing):
-                continue
-            taken = sorted(_all_ids(spec) & _all_ids(other.spec))
-            if taken:
-                raise BadRequestError(
-                    f"Model id `{taken[0]}` is already served by deployment `{other.spec.name}`.",
-                    param="name" if taken[0] == spec.name else "aliases",
-                    code="model_exists",
-                )
-
-    async def _validate(self, spec: ModelConfig) -> ModelConfig:
-        """What can be known before starting anything: the weights exist (on this node, or on their
-        Hub: then the spec comes back with its revision pinned to a commit) and some node of the
-        cluster is big enough for one replica."""
-        if spec.source is not None and spec.source.hub is not None:
-            try:
-                source = await asyncio.to_thread(pin, spec.source, folder=spec.backend == "vllm")
-            except ModelFileError as exc:
-                raise BadRequestError(str(exc), param="source") from None
-            spec = spec.model_copy(update={"source": source})
-            spec = await self._pin_projector(spec)
-        elif spec.source is not None:
-            if spec.source.path is not None and not Path(spec.source.path).is_absolute():
-                raise BadRequestError(
-                    f"`source.path` must be absolute (got `{spec.source.path}`).", param="source"
-                )
-            try:
-                await asyncio.to_thread(resolve_model_file, spec.source, folder=spec.backend == "vllm")
-            except ModelFileError as exc:
-                raise BadRequestError(str(exc), param="source") from None
-        spec = spec.model_copy(update={"adapters": [await self._pinned(a, spec) for a in spec.adapters]})
-        try:
-            check_engine_options(spec)
-        except ValueError as exc:
-            raise BadRequestError(f"{exc}.", param="engine") from None
-        bad = invalid_options(spec)
-        if bad is not None:
-            raise BadRequestError(f"Invalid resources: {bad}.", param="resources")
-        why = await check_feasible(spec)
-        if why is not None:
-            raise BadRequestError(f"Impossible resources: {why}.", param="resources")
-        return spec
-
-    @staticmethod
-    async def _pinned(adapter: AdapterConfig, spec: ModelConfig) -> AdapterConfig:
-        """A LoRA adapter from a Hub, its revision pinned to a commit like a model's (a 400 naming
-        the adapter when its repository holds nothing it could load); others as they are."""
-        if adapter.source.hub is None:
-            return adapter
-        try:
-            source = await asyncio.to_thread(pin, adapter.source, folder=spec.backend == "vllm")
-        except ModelFileError as exc:
-            raise BadRequestError(f"LoRA adapter `{adapter.name}`: {exc}", param="adapters") from None
-        return adapter.model_copy(update={"source": source})
-
-    @staticmethod
-    async def _pin_projector(spec: ModelConfig) -> ModelConfig:
-        """A llama.cpp vision model from a Hub GGUF repository without a `vision.projector` takes
-        the repository's `mmproj` GGUF, pinned like the model (a 400 when it has none or several);
-        a projector given from a Hub is pinned too. vLLM reads its vision tower from the folder."""
-        vision, source = spec.vision, spec.source
-        if vision is None or source is None or spec.backend != "llama_cpp":
-            return spec
-        try:
-            if vision.projector is None and source.hub is not None and not hf_offline():
-                projector = await asyncio.to_thread(pin_projector, source)
-            elif vision.projector is not None and vision.projector.hub is not None:
-                projector = await asyncio.to_thread(pin, vision.projector, folder=False)
-            else:
-                return spec
-        except ModelFileError as exc:
-            raise BadRequestError(str(exc), param="vision.projector") from None
-        return spec.model_copy(update={"vision": vision.model_copy(update={"projector": projector})})
-
-
-def _all_ids(spec: ModelConfig) -> set[str]:
-    """Every `model` that reaches `spec`: its name, aliases and adapters."""
-    return {*spec.ids, *(a.name for a in spec.adapters)}
+    def _specs(self) -> dict[str, ModelConfig]:
+        """Every deployment's spec by name: what a new spec's ids are checked against."""
+        return {name: d.spec for name, d in self._deployments.items()}
 
 
 def connect_controller(

@@ -1,15 +1,10 @@
-"""One deployment inside the controller: its spec and the life of each of its replica actors.
+"""One deployment inside the controller: its spec, how many replicas it aims at, and what happens
+when one dies; the replicas themselves are started, watched and drained by its `ReplicaSet`
+(replica_set.py).
 
-A replica goes loading -> ready, and is then watched with a call that never returns
-(`ModelWorker.watch`): Ray fails that call the moment the actor or its node dies, so deaths are
-noticed without polling. A dead replica is replaced while the deployment has restarts left and some
-alive node can host it; otherwise it stays listed as `failed` with the reason. The restarts left are
-a rate (restart_budget.py); a replica refused for the budget is tried again once it allows.
-Actors are started, killed and placed through `ReplicaActors` (replica_actors.py).
-
-Replicas that are removed on purpose (scale down, update, undeploy) are drained first: out of
-routing, new requests turned away to other replicas, running ones finished (bounded by a timeout),
-then killed.
+A dead replica is replaced while the deployment has restarts left and some alive node can host it;
+otherwise it stays listed as `failed` with the reason. The restarts left are a rate
+(restart_budget.py); a replica refused for the budget is tried again once it allows.
 
 The replica count aimed at is `target`: the spec's `replicas`, or with `autoscaling` the count the
 controller's autoscaler last chose (`resize`), which may be zero. Every change of it is kept as a
@@ -22,15 +17,10 @@ an `await` re-checks what may have changed meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from typing import Any
-
-from ray.exceptions import RayActorError
 
 from raygate.backends.cluster.control.autoscaler import Autoscaler, initial_target, target_for
 from raygate.backends.cluster.control.replica_actors import (
@@ -38,8 +28,8 @@ from raygate.backends.cluster.control.replica_actors import (
     RayActors,
     ReplicaActors,
     describe_failure,
-    wait_started,
 )
+from raygate.backends.cluster.control.replica_set import OnChange, ReplicaRecord, ReplicaSet
 from raygate.backends.cluster.control.restart_budget import RestartBudget
 from raygate.backends.cluster.routing.route_table import DeploymentRoute, ReplicaRoute
 from raygate.protocol.admin import (
@@ -62,29 +52,6 @@ NO_ROOM_RETRY_SECONDS = 5.0
 UPDATE_DRAIN_SECONDS = 60.0
 MAX_EVENTS = 20
 
-OnChange = Callable[[bool], None]  # called with spec_changed=True when the spec must be persisted
-
-
-@dataclass(eq=False)
-class ReplicaRecord:
-    """The controller's record of one replica actor. `generation` ties it to a spec, so a rolling update tells
-    old replicas from new; `stopping` marks one being drained."""
-
-    id: str
-    seq: int
-    actor: Any
-    generation: int
-    state: ReplicaState = "loading"
-    since: float = field(default_factory=time.time)
-    node_id: str | None = None
-    error: str | None = None
-    context_length: int = 0
-    generation_defaults: dict[str, Any] = field(default_factory=dict)
-    socket: str = ""
-    download: DownloadProgress | None = None  # while (and after) it fetches Hub weights
-    stopping: bool = False
-    task: asyncio.Task[None] | None = None
-
 
 class Deployment:
     """One model inside the controller: keeps as many replicas as its spec asks for, replaces dead ones within
@@ -92,13 +59,11 @@ class Deployment:
 
     def __init__(self, spec: ModelConfig, on_change: OnChange, actors: ReplicaActors | None = None) -> None:
         self.spec = spec
-        self._actors: ReplicaActors = actors or RayActors()
-        self.replicas: list[ReplicaRecord] = []
+        # The replicas' start, watch and drain; a failed or dead one comes back here (`_fail`, `_on_death`).
+        self._replicas = ReplicaSet(actors or RayActors(), on_change, self._spawn, self._fail, self._on_death)
         self._restart_budget = RestartBudget()
         self.error: str | None = None
         self.updating = False
-        self._generation = 0
-        self._seq = itertools.count(1)
         self._on_change = on_change
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -110,6 +75,11 @@ class Deployment:
         self.no_room: str | None = None  # set while the autoscaler wants more but nothing fits
 
     # ---- what the controller reads -------------------------------------------------------------
+
+    @property
+    def replicas(self) -> list[ReplicaRecord]:
+        """Every replica's record: the serving spec's, a rolling update's, draining and failed ones."""
+        return self._replicas.records
 
     @property
     def restarts(self) -> int:
@@ -131,7 +101,9 @@ class Deployment:
     def _downloading(self) -> DownloadProgress | None:
         """The least advanced unfinished download among loading replicas."""
         pending = [
-            r.download for r in self._current() if r.state == "loading" and r.download and not r.download.done
+            r.download
+            for r in self._replicas.current()
+            if r.state == "loading" and r.download and not r.download.done
         ]
         return min(pending, key=lambda p: p.bytes_done / max(1, p.bytes_total)) if pending else None
 
@@ -188,9 +160,9 @@ class Deployment:
         """Start replicas until the current spec has as many loading or ready ones as it asks for."""
         if self._closed:
             return
-        live = [r for r in self._current() if r.state in ("loading", "ready")]
+        live = [r for r in self._replicas.current() if r.state in ("loading", "ready")]
         for _ in range(self.target - len(live)):
-            self._start_replica(self.spec, self._generation)
+            self._replicas.start(self.spec, self._replicas.generation)
 
     def scale(self, replicas: int, drain_timeout: float) -> None:
         """Change the (fixed) replica count. Removed replicas drain; the ones that stay are not touched."""
@@ -210,11 +182,11 @@ class Deployment:
             log.info("deployment %s: %d -> %d replica(s) (%s)", self.spec.name, self.target, replicas, reason)
         self.target = replicas
         self.no_room = None
-        self._forget_failed()
-        live = [r for r in self._current() if r.state in ("loading", "ready")]
+        self._replicas.forget_failed()
+        live = [r for r in self._replicas.current() if r.state in ("loading", "ready")]
         victims = sorted(live, key=lambda r: (r.state == "ready", -r.seq))[: max(0, len(live) - replicas)]
         for rec in victims:
-            self._stop_soon(rec, drain_timeout)
+            self._replicas.stop_soon(rec, drain_timeout)
         self.reconcile()
         self._on_change(spec_changed)
 
@@ -226,7 +198,7 @@ class Deployment:
 
     def loading(self) -> int:
         """Replicas of the serving spec still loading (the autoscaler counts them as on their way)."""
-        return sum(1 for r in self._current() if r.state == "loading")
+        return sum(1 for r in self._replicas.current() if r.state == "loading")
 
     def leaving(self) -> int:
         """Replicas draining or stopping: the resources they hold free up shortly."""
@@ -247,16 +219,16 @@ class Deployment:
                 self._on_change(True)
             return
         self.updating = True
-        self._forget_failed()
-        self._spawn(self._roll(spec, self._generation + 1))
+        self._replicas.forget_failed()
+        self._spawn(self._roll(spec, self._replicas.generation + 1))
         self._on_change(False)
 
     async def undeploy(self, timeout: float) -> bool:
         """Drain and stop every replica; True if no in-flight request had to be cut."""
         self._closed = True
         for rec in self.replicas:
-            self._begin_stop(rec)
-        results = await asyncio.gather(*(self._stop(r, timeout) for r in list(self.replicas)))
+            self._replicas.begin_stop(rec)
+        results = await asyncio.gather(*(self._replicas.stop(r, timeout) for r in list(self.replicas)))
         for task in list(self._tasks):
             task.cancel()
         return all(results)
@@ -275,14 +247,7 @@ class Deployment:
         self._on_change(True)
 
     def ready_actors(self) -> list[Any]:
-        return [r.actor for r in self._current() if r.state == "ready"]
-
-    def _current(self) -> list[ReplicaRecord]:
-        """Replicas of the serving spec that are not on their way out."""
-        return [r for r in self.replicas if r.generation == self._generation and not r.stopping]
-
-    def _forget_failed(self) -> None:
-        self.replicas = [r for r in self.replicas if r.state != "failed"]
+        return [r.actor for r in self._replicas.current() if r.state == "ready"]
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -290,76 +255,18 @@ class Deployment:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _set(self, rec: ReplicaRecord, state: ReplicaState) -> None:
-        rec.state, rec.since = state, time.time()
-        self._on_change(False)
-
-    def _start_replica(self, spec: ModelConfig, generation: int) -> ReplicaRecord:
-        seq = next(self._seq)
-        actor = self._actors.start(spec, seq)
-        rec = ReplicaRecord(id=f"{spec.name}#{seq}", seq=seq, actor=actor, generation=generation)
-        self.replicas.append(rec)
-        rec.task = self._spawn(self._run(rec, spec))
-        self._on_change(False)
-        return rec
-
-    async def _run(self, rec: ReplicaRecord, spec: ModelConfig) -> None:
-        t0 = time.monotonic()
-        try:
-            info = await wait_started(
-                self._actors,
-                rec.actor,
-                spec,
-                self._progress_of(rec) if spec.source and spec.source.hub else None,
-            )
-        except RayActorError as exc:  # the process or its node died while loading
-            if not rec.stopping:
-                await self._on_death(rec, exc)
-            return
-        except Exception as exc:  # the engine could not load: retrying would fail the same way
-            if not rec.stopping:
-                self._fail(rec, f"could not load: {describe_failure(exc)}")
-            return
-        if rec.stopping:
-            return
-        rec.node_id, rec.context_length = str(info["node_id"]), int(info["context_length"])
-        rec.generation_defaults = dict(info.get("generation_defaults") or {})
-        rec.socket = str(info.get("socket") or "")
-        if info.get("download"):
-            rec.download = DownloadProgress.model_validate(info["download"])
-        log.info("replica %s ready on node %s in %.1fs", rec.id, rec.node_id[:12], time.monotonic() - t0)
-        self._set(rec, "ready")
-        try:
-            await rec.actor.watch.remote()
-        except Exception as exc:
-            if not rec.stopping:
-                await self._on_death(rec, exc)
-
-    def _progress_of(self, rec: ReplicaRecord) -> Callable[[dict[str, Any] | None], None]:
-        """What `wait_started` calls with each reading of the replica's download: recorded, and
-        published (gateways and `/admin` see the bytes move)."""
-
-        def record(progress: dict[str, Any] | None) -> None:
-            if progress is None or rec.stopping:
-                return
-            reading = DownloadProgress.model_validate(progress)
-            if reading != rec.download:
-                rec.download = reading
-                self._on_change(False)
-
-        return record
+    # ---- a replica that failed or died ---------------------------------------------------------
 
     def _fail(self, rec: ReplicaRecord, reason: str) -> None:
         rec.error = reason[:MAX_REASON_CHARS]
         self.error = f"replica {rec.id} {rec.error}"
         log.error("deployment %s: %s", self.spec.name, self.error)
-        with contextlib.suppress(Exception):
-            self._actors.kill(rec.actor)  # frees its resources (a no-op if it is already dead)
-        self._set(rec, "failed")
+        self._replicas.kill(rec)
+        self._replicas.set_state(rec, "failed")
 
     async def _on_death(self, rec: ReplicaRecord, exc: BaseException) -> None:
         self._fail(rec, f"died: {describe_failure(exc)}")
-        if self._closed or rec.generation != self._generation:
+        if self._closed or rec.generation != self._replicas.generation:
             return  # being removed, or part of an update that will notice the failure
         await self._replace(rec, rec.error or "died")
 
@@ -372,7 +279,7 @@ class Deployment:
             None if wait is None else f"max_restarts={limit} reached within {self._restart_budget.window:g}s"
         )
         if why is None:
-            why = await self._actors.check_feasible(self.spec)
+            why = await self._replicas.actors.check_feasible(self.spec)
         if self._closed or rec not in self.replicas:
             return
         if why is not None:
@@ -388,56 +295,25 @@ class Deployment:
             self._on_change(False)
             return
         self._restart_budget.record()
-        self.replicas.remove(rec)
+        self._replicas.records.remove(rec)
         self.error = (
             f"replica {rec.id} {death}; replaced ({self.restarts}/{limit} restarts used "
             f"within {self._restart_budget.window:g}s)"
         )
         log.warning("deployment %s: %s", self.spec.name, self.error)
-        self._start_replica(self.spec, self._generation)
+        self._replicas.start(self.spec, self._replicas.generation)
 
     async def _replace_later(self, rec: ReplicaRecord, death: str, wait: float) -> None:
         await asyncio.sleep(wait)
         if self._closed or rec not in self.replicas or rec.state != "failed" or rec.stopping:
             return
-        if rec.generation != self._generation:
+        if rec.generation != self._replicas.generation:
             return
         await self._replace(rec, death)
 
-    def _stop_soon(self, rec: ReplicaRecord, timeout: float) -> None:
-        """Take `rec` out of routing now (so the status returned to the caller already says
-        `draining`) and finish stopping it in the background."""
-        self._begin_stop(rec)
-        self._spawn(self._stop(rec, timeout))
-
-    def _begin_stop(self, rec: ReplicaRecord) -> None:
-        if rec.stopping:
-            return
-        rec.stopping = True
-        if rec.state == "ready":
-            self._set(rec, "draining")  # gateways drop it from routing on this change
-
-    async def _stop(self, rec: ReplicaRecord, timeout: float) -> bool:
-        """Drain (if it was serving) and kill one replica. True if nothing in flight had to be cut."""
-        self._begin_stop(rec)
-        drained = True
-        if rec.state == "draining":
-            try:
-                drained = bool(await asyncio.wait_for(rec.actor.drain.remote(timeout), timeout + 10))
-            except Exception:
-                drained = False  # already dead, or stuck
-        if rec.task is not None:
-            rec.task.cancel()
-        with contextlib.suppress(Exception):
-            self._actors.kill(rec.actor)
-        if rec in self.replicas:
-            self.replicas.remove(rec)
-        self._on_change(False)
-        return drained
-
     async def _roll(self, spec: ModelConfig, generation: int) -> None:
         count = target_for(self.spec, spec, self.target)
-        fresh = [self._start_replica(spec, generation) for _ in range(count)]
+        fresh = [self._replicas.start(spec, generation) for _ in range(count)]
         # A poll, not an event: replica tasks set states; polling keeps them unaware of updates.
         while not self._closed and any(r.state == "loading" for r in fresh):  # noqa: ASYNC110
             await asyncio.sleep(UPDATE_POLL_SECONDS)
@@ -448,18 +324,18 @@ class Deployment:
             self.error = (
                 f"update failed, still serving the previous spec: replica {broken[0].id} {broken[0].error}"
             )
-            await asyncio.gather(*(self._stop(r, UPDATE_DRAIN_SECONDS) for r in fresh))
+            await asyncio.gather(*(self._replicas.stop(r, UPDATE_DRAIN_SECONDS) for r in fresh))
             self.updating = False
             self._on_change(False)
             return
         old = [r for r in self.replicas if r.generation != generation]
         for rec in old:
-            self._begin_stop(rec)
+            self._replicas.begin_stop(rec)
         self._set_policy(spec)
-        self._generation = generation
+        self._replicas.generation = generation
         if count != self.target:
             self.resize(count, UPDATE_DRAIN_SECONDS, "update")
         self.error, self.updating = None, False
         self._restart_budget.reset()
         self._on_change(True)
-        await asyncio.gather(*(self._stop(r, UPDATE_DRAIN_SECONDS) for r in old))
+        await asyncio.gather(*(self._replicas.stop(r, UPDATE_DRAIN_SECONDS) for r in old))

@@ -1,11 +1,11 @@
 """The seam between a deployment and the Ray actors that host its replicas.
 
-`Deployment` (deployment.py) is a state machine; starting, killing and placing actors is the only
-part of it that needs a live cluster. That part sits behind `ReplicaActors`, which `RayActors`
-implements on Ray and the unit tests implement with fakes, so the state machine runs without a
-cluster. `wait_started` (a replica's load, with placement checks) and `describe_failure` (Ray's
-errors as one line) are here for the same reason: the state machine only ever sees a load's result
-or a one-line reason.
+`Deployment` (deployment.py, its replicas in replica_set.py) is a state machine; starting, killing
+and placing actors is the only part of it that needs a live cluster. That part sits behind
+`ReplicaActors`, which `RayActors` implements on Ray and the unit tests implement with fakes, so the
+state machine runs without a cluster. `wait_started` (a replica's load, with placement checks) and
+`describe_failure` (Ray's errors as one line) are here for the same reason: the state machine only
+ever sees a load's result or a one-line reason.
 """
 
 from __future__ import annotations
