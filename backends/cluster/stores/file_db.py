@@ -9,13 +9,12 @@ connection and schema live here, at the root of the classes, so every part share
 
 from __future__ import annotations
 
-import sqlite3
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from raygate.backends.cluster.stores.response_db import Transaction
+from raygate.backends.cluster.stores.response_db import Transaction, connect
 from raygate.protocol.errors import BadRequestError
 from raygate.protocol.files import OpenAIFile
 
@@ -72,14 +71,7 @@ class FileDB:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            ":memory:" if path is None else str(path), isolation_level=None, check_same_thread=False
-        )
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = connect(path)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

@@ -46,17 +46,7 @@ class ResponseDB:
     def __init__(self, path: Path | None, limits: StoreLimits) -> None:
         self.path = path
         self.limits = limits
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        # One call at a time uses the connection (the actor's), though not always from one thread.
-        self._db = sqlite3.connect(
-            ":memory:" if path is None else str(path), isolation_level=None, check_same_thread=False
-        )
-        if path is not None:
-            # WAL: a write does not rewrite the database; NORMAL: durable across a process crash
-            # (only a power cut can lose the last transactions), at a fraction of FULL's fsyncs.
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = connect(path)
         self._db.executescript(_SCHEMA)
         self._bytes = int(self._db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[0])
         self.expire()
@@ -136,6 +126,20 @@ class ResponseDB:
 
     def _transaction(self) -> Transaction:
         return Transaction(self._db)
+
+
+def connect(path: Path | None) -> sqlite3.Connection:
+    """A store's SQLite connection (in memory when `path` is None), transactions explicit
+    (`Transaction`). One call at a time uses it (the actor's), though not always from one thread."""
+    if path is None:
+        return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    # WAL: a write does not rewrite the database; NORMAL: durable across a process crash (only a
+    # power cut can lose the last transactions), at a fraction of FULL's fsyncs.
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
 
 
 class Transaction:
