@@ -6,8 +6,10 @@ sampling in llama.cpp's sampler chain, detokenising, stop matching, the delta an
     python -m bench.decode_profile -c 8 -t 2      # eight streams in one batch
     python -m bench.decode_profile -c 8 -t 2 --engine type_v=f16   # llama-server's KV cache
     python -m bench.decode_profile -c 8 -t 2 --engine flash_attn=false
+    python -m bench.decode_profile -c 1 -t 2 --context 576   # the prefix workload's depth
 
-The engine runs in-process (no HTTP, no Ray), 128 tokens per request, each prompt new. Timers
+The engine runs in-process (no HTTP, no Ray), 128 tokens per request, each prompt new (`--context
+N` puts about N tokens of filler before it, so attention reads as many keys as a long prompt's). Timers
 wrap the scheduler's own methods on this one instance (wall clock: on a shared machine both
 sides stretch alike). A sampling profiler (py-spy --native) fell hundreds of seconds behind on
 the shared 2-core box this was written on, so the split is measured directly.
@@ -60,7 +62,15 @@ def engine_settings(concurrency: int, threads: int, extra: dict[str, Any]) -> di
     return {"n_ctx": 2048, "n_threads": threads, "n_seq_max": max(2, concurrency), **extra}
 
 
-async def drive(concurrency: int, requests: int, threads: int, extra: dict[str, Any]) -> None:
+def prompt(i: int, context: int) -> str:
+    """Request `i`'s prompt: new to the prompt cache (its number leads), after about `context`
+    tokens of filler (one token per word)."""
+    return f"{i}. " + "word " * context + plan.LLAMA_PROMPT
+
+
+async def drive(
+    concurrency: int, requests: int, threads: int, extra: dict[str, Any], context: int = 0
+) -> None:
     engine = make_engine(
         ModelConfig(name="m", source=SMOLLM2, engine=engine_settings(concurrency, threads, extra))
     )
@@ -78,7 +88,7 @@ async def drive(concurrency: int, requests: int, threads: int, extra: dict[str, 
     async def worker() -> None:
         nonlocal tokens
         for i in numbers:
-            req = GenerateRequest(f"r{i}", sampling, prompt=f"{i}. {plan.LLAMA_PROMPT}")
+            req = GenerateRequest(f"r{i}", sampling, prompt=prompt(i, context))
             async for delta in engine.generate(req):
                 tokens += 1 if delta.text else 0
 
@@ -99,15 +109,17 @@ async def drive(concurrency: int, requests: int, threads: int, extra: dict[str, 
 class _InActor:
     """`drive` inside a Ray actor: the replica's process, without the streaming."""
 
-    async def drive(self, concurrency: int, requests: int, threads: int, extra: dict[str, Any]) -> str:
+    async def drive(
+        self, concurrency: int, requests: int, threads: int, extra: dict[str, Any], context: int
+    ) -> str:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            await drive(concurrency, requests, threads, extra)
+            await drive(concurrency, requests, threads, extra, context)
         return out.getvalue().strip()
 
 
 async def stream(
-    concurrency: int, requests: int, threads: int, interval_ms: float, extra: dict[str, Any]
+    concurrency: int, requests: int, threads: int, interval_ms: float, extra: dict[str, Any], context: int = 0
 ) -> None:
     """The same requests to a real replica actor, its deltas read through Ray as the router reads them."""
     import ray
@@ -130,7 +142,7 @@ async def stream(
     async def one_stream() -> None:
         nonlocal tokens, items
         for i in numbers:
-            req = GenerateRequest(f"r{i}", sampling, prompt=f"{i}. {plan.LLAMA_PROMPT}")
+            req = GenerateRequest(f"r{i}", sampling, prompt=prompt(i, context))
             opts = {"num_returns": "streaming", "_generator_backpressure_num_objects": UNREAD_BATCHES}
             async for ref in worker.generate.options(**opts).remote(req):
                 batch = await ref
@@ -153,6 +165,7 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--where", choices=("process", "actor", "stream"), default="process")
     parser.add_argument("--stream-interval-ms", type=float, default=0.0)
+    parser.add_argument("--context", type=int, default=0, help="about this many tokens before each prompt")
     parser.add_argument(
         "--engine", action="append", default=[], metavar="KEY=VALUE", help="an `engine:` setting (YAML value)"
     )
@@ -160,7 +173,7 @@ def main() -> None:
     extra = key_values(args.engine, "--engine")
     requests = args.requests or max(4, 2 * args.concurrency)
     if args.where == "process":
-        asyncio.run(drive(args.concurrency, requests, args.threads, extra))
+        asyncio.run(drive(args.concurrency, requests, args.threads, extra, args.context))
         return
     import ray
 
@@ -171,11 +184,13 @@ def main() -> None:
         if args.where == "actor":
             actor = ray.remote(_InActor).options(num_cpus=0).remote()
             print(
-                ray.get(actor.drive.remote(args.concurrency, requests, args.threads, extra)),
+                ray.get(actor.drive.remote(args.concurrency, requests, args.threads, extra, args.context)),
                 "(inside a Ray actor)",
             )
         else:
-            asyncio.run(stream(args.concurrency, requests, args.threads, args.stream_interval_ms, extra))
+            asyncio.run(
+                stream(args.concurrency, requests, args.threads, args.stream_interval_ms, extra, args.context)
+            )
     finally:
         ray.shutdown()
 

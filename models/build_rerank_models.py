@@ -99,7 +99,7 @@ def build_hf(out: Path) -> None:
 
 def converter_dir() -> Path:
     """llama.cpp's converter (and its gguf-py) from the sdist of the installed llama-cpp-python."""
-    # The index's version: ours carries a local label (0.3.36+raygate.3, scripts/llama_cpp_wheel.py).
+    # The index's version: ours carries a local label (0.3.36+raygate.4, scripts/llama_cpp_wheel.py).
     version = importlib.metadata.version("llama-cpp-python").split("+")[0]
     root = SRC_CACHE / f"llama_cpp_python-{version}"
     tree = root / "vendor" / "llama.cpp"
