@@ -64,6 +64,17 @@ def test_client_smoke_against_synthetic_engine(synthetic_l1: str, path: str) -> 
     assert s.itl_ms["p50"] >= 1  # and 2 ms between tokens: nothing arrives early
 
 
+def test_in_process_app_serves_a_llama_model(synthetic_l1: str) -> None:
+    """L1 admits a llama.cpp model's requests through the gateway's own admission, which sizes the
+    model's gate by its engines (the bench's `llama-c1` L1 row)."""
+    body = {"model": CHAT_MODEL, "prompt": "Hello", "max_tokens": 4, "stream": True, "ignore_eos": True}
+    results, wall = asyncio.run(
+        run_http(synthetic_l1, Workload("/completions", body, 4), concurrency=2, requests=2, max_seconds=60)
+    )
+    s = summarize(results, wall)
+    assert (s.completed, s.failures, s.output_tokens) == (2, {}, 8)
+
+
 def test_client_counts_failures_by_status(synthetic_l1: str) -> None:
     unknown = {"model": "nope", "prompt": "hi", "stream": True}
     short = {"model": "paced", "prompt": "hi", "max_tokens": 4, "stream": True}
