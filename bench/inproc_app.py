@@ -47,7 +47,7 @@ class InProcessRouter:
     def __init__(self, config: ModelConfig, engines: list[Engine]) -> None:
         self.config = config
         self._engines = engines
-        # Admission sizes the model's gate by slots per replica × this list's length, as for Ray's.
+        # Admission sizes the model's gate by slots per replica times this list's length, as for Ray's.
         self.replicas = engines
         self._inflight = [0] * len(engines)
         self._tiebreak = itertools.count()
