@@ -7,13 +7,16 @@ Targets (the ladder, plus the peer and the ceiling):
     L2-batched  the same gateway, model `smollm2-batched`: 4 sequences per llama.cpp decode
     serve  a gateway of its own running exactly `make serve`'s models/default.yaml (chat and
            embedding models), so no other target's replicas share the cores: what a user of
-           `make serve` gets (one chat replica with a thread per core, 8 sequences per decode, a
-           stream's tokens sent at most every 50 ms, stretched with the streams up to 250 ms)
+           `make serve` gets (one chat replica, 8 sequences per decode, a thread per core for
+           prompts and several sequences, all cores but one for a single sequence's decode, each
+           token sent as soon as it is made)
     serve-fa-off  the same gateway, its chat model updated to `engine: {flash_attn: false}`
            (the attention kernels of llama-server-fa-off, and an F16 V cache)
-    serve-2x1  the same gateway, its chat model updated to the previous default: 2 replicas x 1
+    serve-all-threads  the same, a single sequence's decode on every core too (`n_threads:
+           auto`, the default until 2026-11-29)
+    serve-2x1  the same gateway, its chat model updated to an earlier default: 2 replicas x 1
            thread x 4 sequences per decode, every token its own Ray item
-           (the three shapes take turns in the rounds: an admin update before each run)
+           (the shapes take turns in the rounds: an admin update before each run)
     peer   `python -m llama_cpp.server`, same GGUF, same threads per engine
     llama-server  llama.cpp's own C++ server (bench/llama_server.py builds it), same GGUF, as many
            threads as the Raygate target's replicas together, 8 slots
@@ -53,9 +56,10 @@ MODEL_TARGETS = {"L2-batched": BATCHED_MODEL}
 # Shapes of one gateway serving models/default.yaml: its chat model (LLAMA_MODEL) updated with these
 # changes before each run of the target (bench/run.py `use_variant`).
 SOLO_TARGETS: dict[str, dict[str, object]] = {
-    "serve": {},  # 1 replica x a thread per core x 8 sequences, 50 ms stream interval
+    "serve": {},  # models/default.yaml's chat model as it is
     # `engine:` changes are merged into the chat model's own (bench/run.py `variant_spec`).
     "serve-fa-off": {"engine": {"flash_attn": False}},
+    "serve-all-threads": {"engine": {"n_threads": "auto"}},
     "serve-2x1": {
         "replicas": 2,
         "engine": {"n_ctx": 2048, "n_threads": 1, "n_seq_max": 4},
@@ -167,7 +171,15 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "llama-server",
         "llama-unique",
-        ("serve", "serve-fa-off", "serve-2x1", "llama-server", "llama-server-native", "llama-server-fa-off"),
+        (
+            "serve",
+            "serve-fa-off",
+            "serve-all-threads",
+            "serve-2x1",
+            "llama-server",
+            "llama-server-native",
+            "llama-server-fa-off",
+        ),
         (1, 8),
         rounds=3,
         requests_per_stream=2,

@@ -190,9 +190,13 @@ def evaluate(record: dict[str, Any]) -> list[TargetRow]:
 
 
 LLAMA_SERVER_LABELS = {
-    "serve": "`make serve` (1 replica × a thread per core × 8 sequences, each token streamed at once)",
+    "serve": (
+        "`make serve` (1 replica × 8 sequences, one sequence's decode on all cores but one, "
+        "each token streamed at once)"
+    ),
     "serve-fa-off": "`make serve` with `flash_attn: false`",
-    "serve-2x1": "`make serve` with the previous default, 2 replicas × 1 thread × 4 sequences",
+    "serve-all-threads": "`make serve` with one sequence's decode on every core (`n_threads: auto`)",
+    "serve-2x1": "`make serve` with an earlier default, 2 replicas × 1 thread × 4 sequences",
 }
 
 

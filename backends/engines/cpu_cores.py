@@ -1,4 +1,4 @@
-"""How many cores this process may use: what `n_threads: auto` means.
+"""How many cores this process may use: what `n_threads: auto` (and `auto-N`) means.
 
 The CPU affinity says which cores the process may run on (all of a machine's, unless `taskset` or
 a container's `--cpuset-cpus` narrowed it), but not how much of them: a container limited with
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+_SETTING = re.compile(r"(\d+)|auto(?:-(\d+))?")
 
 
 def usable_cores(cgroup: Path = CGROUP) -> int:
@@ -42,3 +44,16 @@ def cpu_quota(cgroup: Path = CGROUP) -> float | None:
     except (OSError, ValueError):
         return None
     return quota / period if quota > 0 and period > 0 else None
+
+
+def thread_count(value: object, cgroup: Path = CGROUP) -> object:
+    """An `engine:` thread setting as a number: `auto` is every usable core, `auto-N` all but N
+    (at least one); anything else is returned as it is, for llama.cpp to take or refuse."""
+    if not isinstance(value, str):
+        return value
+    match = _SETTING.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"a thread count is a number, `auto` or `auto-N` (every core but N), not {value!r}")
+    if match.group(1) is not None:
+        return int(match.group(1))
+    return max(1, usable_cores(cgroup) - int(match.group(2) or 0))

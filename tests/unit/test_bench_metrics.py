@@ -71,7 +71,7 @@ def test_the_serve_target_runs_make_serves_models(tmp_path: Path) -> None:
     assert config.models == same  # the same specs; only the embedding file's path is absolute
 
 
-@pytest.mark.parametrize("target", ["serve", "serve-fa-off", "serve-2x1"])
+@pytest.mark.parametrize("target", ["serve", "serve-fa-off", "serve-all-threads", "serve-2x1"])
 def test_the_other_shapes_change_only_the_chat_models_fields_they_name(target: str) -> None:
     """The shapes the `serve` gateway's chat model is updated to between runs: valid specs, equal to
     make serve's chat model but for the fields plan.SOLO_TARGETS names."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from raygate.backends.engines.cpu_cores import cpu_quota, usable_cores
+import pytest
+
+from raygate.backends.engines.cpu_cores import cpu_quota, thread_count, usable_cores
 
 
 def test_cgroup_v2_quota_in_cores(tmp_path: Path) -> None:
@@ -39,3 +41,20 @@ def test_a_quota_caps_the_affinity_and_rounds_up(tmp_path: Path) -> None:
     assert usable_cores(tmp_path) == 1
     (tmp_path / "cpu.max").write_text("100000000 100000\n")  # 1000 cores: the affinity decides
     assert usable_cores(tmp_path) == len(os.sched_getaffinity(0))
+
+
+def test_thread_settings_as_numbers(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert thread_count("auto", tmp_path) == cores
+    assert thread_count("auto-1", tmp_path) == max(1, cores - 1)
+    assert thread_count("auto-99", tmp_path) == 1  # never below one thread
+    (tmp_path / "cpu.max").write_text("300000 100000\n")  # a quota of 3 cores caps `auto` first
+    assert thread_count("auto-1", tmp_path) == max(1, min(cores, 3) - 1)
+    assert thread_count(4, tmp_path) == 4
+    assert thread_count("4", tmp_path) == 4  # a command line's `--engine n_threads=4`
+
+
+@pytest.mark.parametrize("bad", ["all", "auto+1", "auto-", "-1"])
+def test_a_thread_setting_that_is_none_of_them_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="auto-N"):
+        thread_count(bad)

@@ -177,7 +177,10 @@ class BatchedLlamaCppEngine(LlamaModelEngine):
         model.name = self._name
         if self._projector_path is not None:
             model.projector = await asyncio.to_thread(
-                Projector.load, self._projector_path, model.llm._model.model, int(self._kwargs["n_threads"])
+                Projector.load,
+                self._projector_path,
+                model.llm._model.model,
+                int(self._kwargs["n_threads_batch"]),
             )
         self._model = model
         threading.Thread(target=self._schedule, name="llama-batch", daemon=True).start()

@@ -16,7 +16,7 @@ from typing import Any
 
 from raygate.backends.engines import reasoning, tool_calls
 from raygate.backends.engines.base import check_token_ids, completion_budget, truncate_prompt
-from raygate.backends.engines.cpu_cores import usable_cores
+from raygate.backends.engines.cpu_cores import thread_count
 from raygate.backends.engines.images import has_images, place_images
 from raygate.backends.engines.llama_cpp import sampling as sampling_lib
 from raygate.backends.engines.llama_cpp import vision as vision_lib
@@ -80,7 +80,9 @@ def llama_kwargs(
     only with flash attention (llama.cpp refuses it without).
     `n_threads` / `n_threads_batch` may be `auto`: the cores the replica's process may use
     (`cpu_cores.usable_cores`), as llama-server's `-t` defaults to the machine's cores; right for
-    one replica per node (several on one node would each take them all).
+    one replica per node (several on one node would each take them all). `auto-N` leaves N of
+    them out. llama.cpp runs a decode of one token (one sequence) on `n_threads` and any larger
+    batch (prompts, several sequences) on `n_threads_batch`.
 
     Prefill gets as many threads as decoding unless `n_threads_batch` says otherwise:
     llama-cpp-python's own default is half the machine's cores, which left prefill on one thread
@@ -102,8 +104,8 @@ def llama_kwargs(
         )
     cache = PromptCacheSettings(bool(kwargs.pop("prompt_cache", True)), None if ram is None else float(ram))
     for key in ("n_threads", "n_threads_batch"):
-        if kwargs.get(key) == "auto":
-            kwargs[key] = usable_cores()
+        if key in kwargs:
+            kwargs[key] = thread_count(kwargs[key])
     kwargs.setdefault("n_threads_batch", kwargs["n_threads"])
     return kwargs, cache
 
