@@ -21,7 +21,7 @@ STYLE = {
     "L2-batched": ("Raygate, 4 sequences per decode", "tab:orange"),
     "serve": ("make serve (own gateway)", "tab:red"),
     "serve-fa-off": ("make serve, flash attention off", "tab:brown"),
-    "serve-all-threads": ("make serve, one sequence's decode on every core", "tab:olive"),
+    "serve-all-threads": ("make serve, one sequence's decode on every core", "goldenrod"),
     "serve-2x1": ("make serve's earlier shape, 2 x 1 thread", "tab:cyan"),
     "peer": ("llama_cpp.server", "tab:green"),
     "llama-server": ("llama-server (llama.cpp C++)", "tab:olive"),
