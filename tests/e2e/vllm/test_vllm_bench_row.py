@@ -64,6 +64,9 @@ def test_vllm_serve_runs_the_engine_settings_of_raygates_replica(tmp_path: Path)
         argv, env = vllm_serve.vllm_serve_command(model)
         assert argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         assert env == model.env  # the replica's `env:`: KV cache space, OpenMP threads and binding
+        # `--peer-drop-env`: the peer at vLLM's default for a key the example tunes, the rest kept.
+        _, peer = vllm_serve.vllm_serve_command(model, ("VLLM_ENABLE_V1_MULTIPROCESSING",))
+        assert peer == {k: v for k, v in model.env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
         folder = str(resolve_model_file(model.source, folder=True))
         cases.append(
             {
