@@ -108,7 +108,7 @@ def test_the_row_benches_the_config_model_with_its_own_tokenizer() -> None:
     argv = vllm_serve.raygate_command(vllm_serve.CONFIG)
     assert argv[1:] == ["serve", "--config", str(VLLM_CONFIG), "--port", servers.PORT]
     runs = [
-        {"round": 1, "workload": "random", "concurrency": 1, "target": t, "failed": 0, **m}
+        {"round": 1, "workload": "random", "concurrency": 1, "target": t, "failed": 0, "completed": 16, **m}
         for t, m in (
             (vllm_serve.VLLM_SERVE, {"output_throughput": 40.0, "median_ttft_ms": 100.0, "p99_itl_ms": 50.0}),
             (vllm_serve.RAYGATE, {"output_throughput": 38.0, "median_ttft_ms": 110.0, "p99_itl_ms": 60.0}),
@@ -116,6 +116,7 @@ def test_the_row_benches_the_config_model_with_its_own_tokenizer() -> None:
     ]
     for run in runs:
         run["p90_itl_ms"] = run["p99_itl_ms"]
+        run["total_output_tokens"] = 16 * vllm_bench.OUTPUT_TOKENS  # every request's tokens counted
     table = vllm_serve.markdown(runs)
     assert "| random | 1 | raygate | 38.0 (38.0\u201338.0)" in table  # median (min-max)
     assert "0.95\u00d7, 1.10\u00d7, 1.20\u00d7" in table  # the ratios to vllm-serve
