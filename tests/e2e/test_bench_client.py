@@ -66,8 +66,17 @@ def test_client_smoke_against_synthetic_engine(synthetic_l1: str, path: str) -> 
 
 def test_in_process_app_serves_a_llama_model(synthetic_l1: str) -> None:
     """L1 admits a llama.cpp model's requests through the gateway's own admission, which sizes the
-    model's gate by its engines (the bench's `llama-c1` L1 row)."""
-    body = {"model": CHAT_MODEL, "prompt": "Hello", "max_tokens": 4, "stream": True, "ignore_eos": True}
+    model's gate by its engines (the bench's `llama-c1` L1 row). Tokens are counted from usage, as
+    the bench asks for it: a real model's token can carry no text of its own (part of a UTF-8
+    character, held until the rest arrives), so text chunks may be fewer than tokens."""
+    body = {
+        "model": CHAT_MODEL,
+        "prompt": "Hello",
+        "max_tokens": 4,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     results, wall = asyncio.run(
         run_http(synthetic_l1, Workload("/completions", body, 4), concurrency=2, requests=2, max_seconds=60)
     )
