@@ -8,10 +8,11 @@ anyway; this compiles the same sources plus the patches (each one says why, and 
 measured): a faster Q8_0 V read in flash attention (the same numbers), one flash-attention
 kernel for every batch (a token's numbers then do not depend on how its prompt was cut into
 decodes, the prompt cache's guarantee, and prompts evaluate faster), one path for F32 matrix
-products at every batch size (the same guarantee under a LoRA adapter), and a decode's query heads
-that share a K/V head attended together (the same numbers, a little faster with long contexts).
+products at every batch size (the same guarantee under a LoRA adapter), a decode's query heads
+that share a K/V head attended together (the same numbers, a little faster with long contexts),
+and Q4_1 weights taken four rows at a time against a prompt or a batch (the same numbers, faster).
 The wheel's version
-carries a local label (`0.3.36+raygate.4`), which the `==0.3.36` pins accept, so `pip list` shows
+carries a local label (`0.3.36+raygate.5`), which the `==0.3.36` pins accept, so `pip list` shows
 which build is installed.
 
 The wheel is cached under ~/.cache/raygate/wheels/, keyed by the version, the patches and
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PATCHES = Path(__file__).resolve().parent / "llama_cpp"
 CACHE = Path.home() / ".cache" / "raygate"
 # Bumped when the set of patches changes meaning; the cache key covers their bytes anyway.
-LOCAL_LABEL = "raygate.4"
+LOCAL_LABEL = "raygate.5"
 
 
 def pinned_version(constraints: Path = ROOT / "constraints.txt") -> str:
@@ -49,7 +50,7 @@ def pinned_version(constraints: Path = ROOT / "constraints.txt") -> str:
 
 def index_version(installed: str) -> str:
     """The package index's version of an installed llama-cpp-python: ours carries a local label
-    (`0.3.36+raygate.4`), which `pip download` and the pins do not take."""
+    (`0.3.36+raygate.5`), which `pip download` and the pins do not take."""
     return installed.split("+")[0]
 
 
